@@ -1,0 +1,3 @@
+from corefold.cli import main
+
+raise SystemExit(main())

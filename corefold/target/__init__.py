@@ -1,0 +1,11 @@
+"""Chip descriptions: a 2D mesh of cores, each with SRAM and units, next to a DRAM and a host.
+
+A target is read from TOML (``load_target("npu")`` for a preset, or a path). The schema,
+with every key, is documented in ``presets/npu.toml``; ``presets/neuromorphic.toml`` shows
+the neuron and synapse capacities of a neuromorphic core array.
+"""
+
+from corefold.target.model import Target, Unit, UNIT_KINDS
+from corefold.target.load import PRESETS, load_target, parse_target
+
+__all__ = ["Target", "Unit", "UNIT_KINDS", "PRESETS", "load_target", "parse_target"]

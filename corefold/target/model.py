@@ -1,0 +1,92 @@
+"""The target data model: frozen dataclasses, validated by :mod:`corefold.target.load`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Unit kinds a core can have. ``dma`` moves bytes, ``matrix`` does multiply-accumulates
+#: (conv, matmul), ``vector`` does element-wise work (activations, pooling, normalisation).
+UNIT_KINDS = ("dma", "matrix", "vector")
+
+#: What one unit of each kind processes per cycle.
+UNIT_THROUGHPUT_NAME = {"dma": "bytes_per_cycle", "matrix": "macs_per_cycle", "vector": "elements_per_cycle"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """``count`` identical units of one kind in each core, each doing ``throughput`` per cycle."""
+
+    kind: str
+    count: int
+    throughput: float
+
+    def seconds(self, work: float, clock_hz: float) -> float:
+        """Time for ``work`` (bytes, MACs or elements) spread over all units of this kind."""
+        return work / (self.throughput * self.count * clock_hz)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A many-core chip (or a board of them) as corefold compiles for it.
+
+    Coordinates are global over the whole board: x in ``[0, width)``, y in ``[0, height)``,
+    where ``width = mesh_width * chips_x``. A hop between two cores of different chips costs
+    ``interchip_hop_cost`` on-chip hops.
+    """
+
+    name: str
+    kind: str  # "npu" or "neuromorphic"
+    clock_hz: float
+    mesh_width: int
+    mesh_height: int
+    chips_x: int
+    chips_y: int
+    sram_bytes: int
+    sram_reserved_bytes: int
+    units: dict[str, Unit]
+    noc_link_bytes_per_cycle: float
+    noc_hop_latency_cycles: float
+    interchip_hop_cost: float
+    dram_bytes_per_s: float
+    host_link_bytes_per_s: float
+    neurons_per_core: int | None = None
+    synapses_per_core: int | None = None
+    unusable_cores: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+
+    @property
+    def width(self) -> int:
+        """Cores along x over the whole board."""
+        return self.mesh_width * self.chips_x
+
+    @property
+    def height(self) -> int:
+        """Cores along y over the whole board."""
+        return self.mesh_height * self.chips_y
+
+    @property
+    def num_cores(self) -> int:
+        return self.width * self.height
+
+    @property
+    def usable_cores(self) -> list[tuple[int, int]]:
+        """Usable core coordinates in row-major order (y, then x)."""
+        return [(x, y) for y in range(self.height) for x in range(self.width)
+                if (x, y) not in self.unusable_cores]
+
+    @property
+    def core_memory_threshold(self) -> int:
+        """Bytes one operator may touch on a core: SRAM minus the reserved buffer (SPEC M3 §7)."""
+        return self.sram_bytes - self.sram_reserved_bytes
+
+    def chip_of(self, x: int, y: int) -> tuple[int, int]:
+        return (x // self.mesh_width, y // self.mesh_height)
+
+    def unit(self, kind: str) -> Unit:
+        return self.units[kind]
+
+    def with_mesh(self, width: int, height: int) -> "Target":
+        """A copy with a single chip of ``width x height`` cores (used by ``--mesh``)."""
+        from dataclasses import replace
+
+        return replace(self, mesh_width=width, mesh_height=height, chips_x=1, chips_y=1,
+                       unusable_cores=frozenset())
