@@ -1,0 +1,1 @@
+"""NumPy kernels, one module per op family; each registers with ``@kernel("Op")``."""
