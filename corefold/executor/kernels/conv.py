@@ -64,7 +64,7 @@ def conv(attrs, inputs):
     begins, ends, outs = conv_geometry(x.shape[2:], kernel_shape, strides, dilations,
                                        attr_ints(attrs, "pads", None), attr_str(attrs, "auto_pad", "NOTSET"))
     cols = _im2col(x, group, kernel_shape, strides, dilations, begins, ends, outs)
-    wm = np.ascontiguousarray(w).reshape(group, m // group, -1)
+    wm = w.reshape(group, m // group, -1)
     y = np.matmul(wm, cols)  # (G, Mg, N*P)
     y = y.reshape((m, n) + tuple(outs))
     y = np.ascontiguousarray(np.moveaxis(y, 0, 1))
@@ -117,7 +117,7 @@ def conv_transpose(attrs, inputs):
     kk = math.prod(kernel_shape)
     p = math.prod(in_sizes)
     xm = np.ascontiguousarray(x.reshape(n, group, cg, p).transpose(1, 2, 0, 3)).reshape(group, cg, n * p)
-    wm = np.ascontiguousarray(w).reshape(group, cg, mg * kk).transpose(0, 2, 1)
+    wm = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
     cols = np.matmul(wm, xm).reshape((group, mg) + tuple(kernel_shape) + (n,) + tuple(in_sizes))
     # Buffer covering every position a tap writes and the whole (possibly larger) output window.
     span = [max((i - 1) * s + (kx - 1) * d + 1, bg + o) for i, s, kx, d, bg, o
