@@ -19,7 +19,13 @@ import math
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.kernels.spatial import attr_ints, attr_str, conv_geometry, pad_spatial, windows
+from corefold.executor.kernels.spatial import (
+    attr_ints,
+    attr_str,
+    conv_geometry,
+    pad_spatial,
+    windows,
+)
 from corefold.executor.registry import kernel
 
 
@@ -31,7 +37,7 @@ def _im2col(x: np.ndarray, group: int, kernel_shape: list[int], strides: list[in
     cg = c // group
     p = math.prod(outs)
     if all(kk == 1 for kk in kernel_shape) and not any(begins) and not any(ends):
-        xs = x[(Ellipsis,) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides))]
+        xs = x[(Ellipsis,) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))]
         cols = xs.reshape(n, group, cg, p).transpose(1, 2, 0, 3)
         return np.ascontiguousarray(cols).reshape(group, cg, n * p)
     win = windows(pad_spatial(x, begins, ends), kernel_shape, strides, dilations, outs)
@@ -79,18 +85,18 @@ def _transpose_geometry(attrs: dict, in_sizes, kernel_shape, strides, dilations)
     out_pad = attr_ints(attrs, "output_padding", [0] * k)
     auto_pad = attr_str(attrs, "auto_pad", "NOTSET")
     full = [s * (i - 1) + op + (kk - 1) * d + 1
-            for i, s, op, kk, d in zip(in_sizes, strides, out_pad, kernel_shape, dilations)]
+            for i, s, op, kk, d in zip(in_sizes, strides, out_pad, kernel_shape, dilations, strict=True)]
     out_shape = attr_ints(attrs, "output_shape", None)
     if out_shape is not None:
         outs = list(out_shape[-k:])
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        outs = [i * s for i, s in zip(in_sizes, strides)]
+        outs = [i * s for i, s in zip(in_sizes, strides, strict=True)]
     elif auto_pad in ("NOTSET", "", "VALID"):
         pads = attr_ints(attrs, "pads", [0] * (2 * k)) if auto_pad != "VALID" else [0] * (2 * k)
         return pads[:k], [f - pads[i] - pads[k + i] for i, f in enumerate(full)]
     else:
         raise UnsupportedOpError(f"ConvTranspose: unknown auto_pad '{auto_pad}'")
-    total = [f - o for f, o in zip(full, outs)]
+    total = [f - o for f, o in zip(full, outs, strict=True)]
     if auto_pad == "SAME_UPPER":
         begins = [t // 2 for t in total]
     else:
@@ -121,14 +127,14 @@ def conv_transpose(attrs, inputs):
     cols = np.matmul(wm, xm).reshape((group, mg) + tuple(kernel_shape) + (n,) + tuple(in_sizes))
     # Buffer covering every position a tap writes and the whole (possibly larger) output window.
     span = [max((i - 1) * s + (kx - 1) * d + 1, bg + o) for i, s, kx, d, bg, o
-            in zip(in_sizes, strides, kernel_shape, dilations, begins, outs)]
+            in zip(in_sizes, strides, kernel_shape, dilations, begins, outs, strict=True)]
     lo = [min(0, bg) for bg in begins]  # output_shape may ask for more than the full extent
-    buf = np.zeros((group, mg, n) + tuple(sp - l for sp, l in zip(span, lo)), dtype=np.result_type(x, w))
+    buf = np.zeros((group, mg, n) + tuple(sp - l for sp, l in zip(span, lo, strict=True)), dtype=np.result_type(x, w))
     for tap in itertools.product(*(range(kx) for kx in kernel_shape)):
         dst = tuple(slice(t * d - l, t * d - l + (i - 1) * s + 1, s)
-                    for t, d, l, i, s in zip(tap, dilations, lo, in_sizes, strides))
+                    for t, d, l, i, s in zip(tap, dilations, lo, in_sizes, strides, strict=True))
         buf[(slice(None), slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + tap]
-    crop = tuple(slice(bg - l, bg - l + o) for bg, l, o in zip(begins, lo, outs))
+    crop = tuple(slice(bg - l, bg - l + o) for bg, l, o in zip(begins, lo, outs, strict=True))
     y = buf[(Ellipsis,) + crop].reshape((m, n) + tuple(outs))
     y = np.ascontiguousarray(np.moveaxis(y, 0, 1))
     if b is not None:

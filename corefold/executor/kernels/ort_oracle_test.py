@@ -81,7 +81,7 @@ def check_node(op: str, inputs: Sequence[np.ndarray | None], attrs: dict[str, An
     want = run_ort(op, inputs, attrs, n_outputs)
     got = run_kernel(op, inputs, attrs)
     assert len(got) >= n_outputs, f"{op} returned {len(got)} outputs, expected {n_outputs}"
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g.shape == w.shape, f"{op} output {i}: shape {g.shape} != ORT {w.shape}"
         assert g.dtype == w.dtype, f"{op} output {i}: dtype {g.dtype} != ORT {w.dtype}"
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{op} output {i} attrs {attrs}")

@@ -18,7 +18,14 @@ import math
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.kernels.spatial import attr_ints, attr_str, conv_geometry, pad_spatial, tail_extra, windows
+from corefold.executor.kernels.spatial import (
+    attr_ints,
+    attr_str,
+    conv_geometry,
+    pad_spatial,
+    tail_extra,
+    windows,
+)
 from corefold.executor.registry import kernel
 
 
@@ -51,7 +58,7 @@ def max_pool(attrs, inputs):
     x = inputs[0]
     kernel_shape, strides, dilations, begins, ends, outs, extra = _geometry(attrs, x, "MaxPool")
     lowest = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
-    xp = pad_spatial(x, begins, [e + t for e, t in zip(ends, extra)], lowest)
+    xp = pad_spatial(x, begins, [e + t for e, t in zip(ends, extra, strict=True)], lowest)
     return [_reduce_taps(windows(xp, kernel_shape, strides, dilations, outs), kernel_shape, np.maximum)]
 
 
@@ -68,10 +75,10 @@ def average_pool(attrs, inputs):
     x = inputs[0]
     kernel_shape, strides, dilations, begins, ends, outs, extra = _geometry(attrs, x, "AveragePool")
     include_pad = bool(attrs.get("count_include_pad", 0))
-    xp = pad_spatial(x, begins, [e + t for e, t in zip(ends, extra)], 0)
+    xp = pad_spatial(x, begins, [e + t for e, t in zip(ends, extra, strict=True)], 0)
     y = _reduce_taps(windows(xp, kernel_shape, strides, dilations, outs), kernel_shape, np.add)
     counts = None
-    for i, args in enumerate(zip(x.shape[2:], begins, ends, outs, kernel_shape, strides, dilations)):
+    for i, args in enumerate(zip(x.shape[2:], begins, ends, outs, kernel_shape, strides, dilations, strict=True)):
         c = _tap_counts(*args, include_pad)
         shape = [1] * len(outs)
         shape[i] = len(c)

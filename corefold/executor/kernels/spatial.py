@@ -45,7 +45,7 @@ def conv_geometry(in_sizes: Sequence[int], kernel: Sequence[int], strides: Seque
         UnsupportedOpError: an unknown ``auto_pad`` value.
     """
     k = len(in_sizes)
-    dk = [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations)]
+    dk = [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations, strict=True)]
     if auto_pad in ("NOTSET", ""):
         p = list(pads) if pads is not None else [0] * (2 * k)
         begins, ends = p[:k], p[k:]
@@ -69,7 +69,7 @@ def conv_geometry(in_sizes: Sequence[int], kernel: Sequence[int], strides: Seque
             begins = [t // 2 for t in total]
         else:
             begins = [t - t // 2 for t in total]
-        ends = [t - b for t, b in zip(total, begins)]
+        ends = [t - b for t, b in zip(total, begins, strict=True)]
     else:
         raise UnsupportedOpError(f"{op}: unknown auto_pad '{auto_pad}'")
     if any(o <= 0 for o in outs):
@@ -82,7 +82,7 @@ def tail_extra(in_sizes: Sequence[int], begins: Sequence[int], ends: Sequence[in
                kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> list[int]:
     """Elements past ``in + begin + end`` that the last window reads (non-zero only in ceil mode)."""
     return [max(0, (o - 1) * s + (kk - 1) * d + 1 - (n + b + e))
-            for n, b, e, o, kk, s, d in zip(in_sizes, begins, ends, outs, kernel, strides, dilations)]
+            for n, b, e, o, kk, s, d in zip(in_sizes, begins, ends, outs, kernel, strides, dilations, strict=True)]
 
 
 def pad_spatial(x: np.ndarray, begins: Sequence[int], ends: Sequence[int], value: float = 0.0) -> np.ndarray:
@@ -90,9 +90,9 @@ def pad_spatial(x: np.ndarray, begins: Sequence[int], ends: Sequence[int], value
     if not any(begins) and not any(ends):
         return x
     lead = x.ndim - len(begins)
-    shape = list(x.shape[:lead]) + [n + b + e for n, b, e in zip(x.shape[lead:], begins, ends)]
+    shape = list(x.shape[:lead]) + [n + b + e for n, b, e in zip(x.shape[lead:], begins, ends, strict=True)]
     out = np.full(shape, value, dtype=x.dtype)
-    out[(Ellipsis,) + tuple(slice(b, b + n) for b, n in zip(begins, x.shape[lead:]))] = x
+    out[(Ellipsis,) + tuple(slice(b, b + n) for b, n in zip(begins, x.shape[lead:], strict=True))] = x
     return out
 
 
@@ -103,10 +103,10 @@ def windows(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilat
     Window ``o`` along an axis starts at ``o * stride`` and reads every ``dilation``-th element.
     """
     k = len(kernel)
-    dk = [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations)]
+    dk = [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations, strict=True)]
     axes = tuple(range(xp.ndim - k, xp.ndim))
     v = np.lib.stride_tricks.sliding_window_view(xp, dk, axis=axes)
     idx = ((slice(None),) * (xp.ndim - k)
-           + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides))
+           + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))
            + tuple(slice(None, None, d) for d in dilations))
     return v[idx]
