@@ -1,10 +1,10 @@
 """Conv and ConvTranspose (N-D spatial, groups, strides, dilations, pads, auto_pad).
 
-Conv is im2col + one batched matmul: the padded input's windows (a strided view from
-:func:`~corefold.executor.kernels.spatial.windows`) are copied once into a
-``(G, Cg*K, N*P)`` column matrix and multiplied by the ``(G, Mg, Cg*K)`` weights, so grouped
-and depthwise convolutions are one ``np.matmul`` over the group axis. Work is
-O(N * M * Cg * K * P) multiply-adds, memory O(C * K * N * P) for the columns.
+Conv is im2col + batched matmul: the padded input's windows (a strided view from
+:func:`~corefold.executor.kernels.spatial.windows`) are copied into ``(G, Cg*K, positions)``
+column blocks and multiplied by the ``(G, Mg, Cg*K)`` weights, so grouped and depthwise
+convolutions are one ``np.matmul`` over the group axis per block. Work is
+O(N * M * Cg * K * P) multiply-adds for P output positions.
 
 ConvTranspose is the adjoint: one matmul gives every (input pixel, kernel tap) product,
 then a loop over the K kernel taps (not over pixels) adds each tap's plane into the strided
@@ -20,30 +20,67 @@ import numpy as np
 
 from corefold.errors import UnsupportedOpError
 from corefold.executor.kernels.spatial import (
+    is_fill,
     attr_ints,
     attr_str,
     conv_geometry,
+    packed,
     pad_spatial,
     windows,
 )
 from corefold.executor.registry import kernel
 
 
-def _im2col(x: np.ndarray, group: int, kernel_shape: list[int], strides: list[int], dilations: list[int],
-            begins: list[int], ends: list[int], outs: list[int]) -> np.ndarray:
-    """Columns ``(G, Cg * prod(kernel), N * prod(outs))`` of the padded windows of ``x``."""
+#: Target size (float32 elements) of one block of im2col columns: small enough to stay in
+#: cache between the copy and the matmul that reads it.
+COLUMN_BLOCK = 1 << 19
+
+
+def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[int], strides: list[int],
+                 dilations: list[int], begins: list[int], ends: list[int], outs: list[int]) -> np.ndarray:
+    """``(G, Mg, N, *outs)``: the weights ``wm (G, Mg, Cg*K)`` times the im2col columns of ``x``.
+
+    The columns ``(G, Cg*K, positions)`` are built block by block (a run of rows of the first
+    output axis of one sample at a time, about :data:`COLUMN_BLOCK` elements), each block
+    copied from the strided window view and multiplied at once, so the working set stays
+    in cache and memory stays O(weights + output + one block).
+    """
     n, c = x.shape[:2]
     k = len(kernel_shape)
     cg = c // group
+    mg = wm.shape[1]
     p = math.prod(outs)
     if all(kk == 1 for kk in kernel_shape) and not any(begins) and not any(ends):
         xs = x[(Ellipsis,) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))]
         cols = xs.reshape(n, group, cg, p).transpose(1, 2, 0, 3)
-        return np.ascontiguousarray(cols).reshape(group, cg, n * p)
+        cols = np.ascontiguousarray(cols, dtype=wm.dtype).reshape(group, cg, n * p)
+        return np.matmul(wm, cols).astype(x.dtype, copy=False).reshape((group, mg, n) + tuple(outs))
     win = windows(pad_spatial(x, begins, ends), kernel_shape, strides, dilations, outs)
-    win = win.reshape((n, group, cg) + tuple(outs) + tuple(kernel_shape))
-    perm = (1, 2) + tuple(range(3 + k, 3 + 2 * k)) + (0,) + tuple(range(3, 3 + k))
-    return np.ascontiguousarray(win.transpose(perm)).reshape(group, cg * math.prod(kernel_shape), n * p)
+    win = win.reshape((n, group, cg) + tuple(outs) + tuple(kernel_shape))  # (N, G, Cg, *O, *K)
+    perm = (0, 1) + tuple(range(2 + k, 2 + 2 * k)) + tuple(range(2, 2 + k))  # -> (G, Cg, *K, *O)
+    ck = cg * math.prod(kernel_shape)
+    rest = math.prod(outs[1:])
+    rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, group * ck * rest)))
+    y = np.empty((group, mg, n) + tuple(outs), dtype=x.dtype)
+    for b in range(n):
+        for r0 in range(0, outs[0], rows):
+            r1 = min(outs[0], r0 + rows)
+            block = win[b, :, :, r0:r1].transpose(perm)
+            cols = np.ascontiguousarray(block, dtype=wm.dtype).reshape(group, ck, (r1 - r0) * rest)
+            y[:, :, b, r0:r1] = np.matmul(wm, cols).reshape((group, mg, r1 - r0) + tuple(outs[1:]))
+    return y
+
+
+def _accumulator(x: np.ndarray, w: np.ndarray) -> np.dtype:
+    """float64 when the weights are one value broadcast, else ``x``'s dtype.
+
+    NOTE: with single-value weights every output channel is mathematically the same, and
+    ONNX Runtime's MLAS computes them bit-identically; OpenBLAS does not (its result depends
+    on the row's position in the blocking), and a final Softmax over logits of 1e9 turns
+    one-ulp differences into wrong probabilities (the ONNX "light" models are built so).
+    Accumulating in float64 makes the products exact and the rounding common to all rows.
+    """
+    return np.dtype(np.float64) if x.dtype == np.float32 and is_fill(w) else x.dtype
 
 
 def _spatial_attrs(attrs: dict, w: np.ndarray, k: int, op: str) -> tuple[list[int], list[int], list[int], int]:
@@ -69,9 +106,8 @@ def conv(attrs, inputs):
         raise UnsupportedOpError(f"Conv: input channels {c}, weights {list(w.shape)} and group {group} disagree")
     begins, ends, outs = conv_geometry(x.shape[2:], kernel_shape, strides, dilations,
                                        attr_ints(attrs, "pads", None), attr_str(attrs, "auto_pad", "NOTSET"))
-    cols = _im2col(x, group, kernel_shape, strides, dilations, begins, ends, outs)
-    wm = w.reshape(group, m // group, -1)
-    y = np.matmul(wm, cols)  # (G, Mg, N*P)
+    wm = packed(w, _accumulator(x, w)).reshape(group, m // group, -1)
+    y = _conv_matmul(x, wm, group, kernel_shape, strides, dilations, begins, ends, outs)
     y = y.reshape((m, n) + tuple(outs))
     y = np.ascontiguousarray(np.moveaxis(y, 0, 1))
     if b is not None:
@@ -123,7 +159,7 @@ def conv_transpose(attrs, inputs):
     kk = math.prod(kernel_shape)
     p = math.prod(in_sizes)
     xm = np.ascontiguousarray(x.reshape(n, group, cg, p).transpose(1, 2, 0, 3)).reshape(group, cg, n * p)
-    wm = w.reshape(group, cg, mg * kk).transpose(0, 2, 1)
+    wm = packed(w).reshape(group, cg, mg * kk).transpose(0, 2, 1)
     cols = np.matmul(wm, xm).reshape((group, mg) + tuple(kernel_shape) + (n,) + tuple(in_sizes))
     # Buffer covering every position a tap writes and the whole (possibly larger) output window.
     span = [max((i - 1) * s + (kx - 1) * d + 1, bg + o) for i, s, kx, d, bg, o

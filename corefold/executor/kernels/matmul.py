@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
+from corefold.executor.kernels.spatial import packed
 from corefold.executor.registry import kernel
 
 
 @kernel("Gemm")
 def gemm(attrs, inputs):
     """``alpha * A' @ B' + beta * C`` with ``A'``/``B'`` optionally transposed, C broadcast."""
-    a, b = inputs[0], inputs[1]
+    a, b = packed(inputs[0]), packed(inputs[1])
     c = inputs[2] if len(inputs) > 2 else None
     if a.ndim != 2 or b.ndim != 2:
         raise UnsupportedOpError(f"Gemm: inputs must be 2-D, got {list(a.shape)} and {list(b.shape)}")
@@ -32,4 +33,4 @@ def gemm(attrs, inputs):
 @kernel("MatMul")
 def matmul(attrs, inputs):
     """NumPy ``matmul`` semantics, which are ONNX's (batched, broadcast, 1-D promotion)."""
-    return [np.matmul(inputs[0], inputs[1])]
+    return [np.matmul(packed(inputs[0]), packed(inputs[1]))]

@@ -6,10 +6,15 @@ kernels (Conv, pools) work on ``(N, C, *spatial)`` arrays: :func:`conv_geometry`
 ``auto_pad``/``pads``/``ceil_mode`` into begin/end pads and output sizes, :func:`pad_spatial`
 pads, and :func:`windows` returns a read-only strided view ``(N, C, *out, *kernel)`` of every
 window, built with ``np.lib.stride_tricks.sliding_window_view`` (no copy).
+
+:func:`packed` gives a BLAS-friendly (C-contiguous) copy of a read-only operand such as a
+broadcast constant, made once and kept as long as the constant lives (the executor's
+analogue of ONNX Runtime's weight pre-packing).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -110,3 +115,42 @@ def windows(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilat
            + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))
            + tuple(slice(None, None, d) for d in dilations))
     return v[idx]
+
+
+# (id(constant), dtype) -> (weak reference to the constant, its contiguous copy)
+_PACKED: dict[tuple[int, str], tuple[weakref.ref, np.ndarray]] = {}
+
+
+def is_fill(a: np.ndarray) -> bool:
+    """Whether ``a`` is a single value broadcast (stride 0), as the importer stores
+    single-value constants."""
+    return a.size > 1 and all(s == 0 for s in a.strides)
+
+
+def packed(a: np.ndarray, dtype: np.dtype | type | None = None) -> np.ndarray:
+    """``a`` (as ``dtype``) in a BLAS-friendly layout; a cached copy for read-only arrays.
+
+    Writeable arrays (kernel outputs and their views) come back as they are (converted if
+    ``dtype`` differs): BLAS takes any usual, e.g. transposed, layout. A read-only array
+    (a constant) that is not C-contiguous or not of ``dtype`` is copied once and the copy
+    reused while the constant lives: NumPy's matmul falls back to a slow non-BLAS loop on
+    zero-stride operands (the importer's single-value constants), and copying a large
+    broadcast on every run costs as much as the matmul. This is the executor's analogue of
+    ONNX Runtime's weight pre-packing.
+    """
+    dt = np.dtype(dtype) if dtype is not None else a.dtype
+    if a.dtype == dt and (a.flags.c_contiguous or a.flags.writeable):
+        return a
+    if a.flags.writeable:
+        return a.astype(dt)
+    key = (id(a), dt.str)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    copy = np.ascontiguousarray(a, dtype=dt)
+    try:
+        ref = weakref.ref(a, lambda _r, key=key: _PACKED.pop(key, None))
+    except TypeError:
+        return copy
+    _PACKED[key] = (ref, copy)
+    return copy
