@@ -20,16 +20,15 @@ import numpy as np
 
 from corefold.errors import UnsupportedOpError
 from corefold.executor.kernels.spatial import (
-    is_fill,
     attr_ints,
     attr_str,
     conv_geometry,
+    is_fill,
     packed,
     pad_spatial,
     windows,
 )
 from corefold.executor.registry import kernel
-
 
 #: Target size (float32 elements) of one block of im2col columns: small enough to stay in
 #: cache between the copy and the matmul that reads it.
@@ -52,35 +51,45 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
     p = math.prod(outs)
     if all(kk == 1 for kk in kernel_shape) and not any(begins) and not any(ends):
         xs = x[(Ellipsis,) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(outs, strides, strict=True))]
-        cols = xs.reshape(n, group, cg, p).transpose(1, 2, 0, 3)
-        cols = np.ascontiguousarray(cols, dtype=wm.dtype).reshape(group, cg, n * p)
-        return np.matmul(wm, cols).astype(x.dtype, copy=False).reshape((group, mg, n) + tuple(outs))
+        cols = np.ascontiguousarray(xs.reshape(n, group, cg, p).transpose(1, 2, 0, 3)).reshape(group, cg, n * p)
+        return np.matmul(wm, cols).reshape((group, mg, n) + tuple(outs))
     win = windows(pad_spatial(x, begins, ends), kernel_shape, strides, dilations, outs)
     win = win.reshape((n, group, cg) + tuple(outs) + tuple(kernel_shape))  # (N, G, Cg, *O, *K)
     perm = (0, 1) + tuple(range(2 + k, 2 + 2 * k)) + tuple(range(2, 2 + k))  # -> (G, Cg, *K, *O)
     ck = cg * math.prod(kernel_shape)
     rest = math.prod(outs[1:])
     rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, group * ck * rest)))
-    y = np.empty((group, mg, n) + tuple(outs), dtype=x.dtype)
+    y = np.empty((group, mg, n) + tuple(outs), dtype=np.result_type(x, wm))
     for b in range(n):
         for r0 in range(0, outs[0], rows):
             r1 = min(outs[0], r0 + rows)
-            block = win[b, :, :, r0:r1].transpose(perm)
-            cols = np.ascontiguousarray(block, dtype=wm.dtype).reshape(group, ck, (r1 - r0) * rest)
+            cols = np.ascontiguousarray(win[b, :, :, r0:r1].transpose(perm)).reshape(group, ck, (r1 - r0) * rest)
             y[:, :, b, r0:r1] = np.matmul(wm, cols).reshape((group, mg, r1 - r0) + tuple(outs[1:]))
     return y
 
 
-def _accumulator(x: np.ndarray, w: np.ndarray) -> np.dtype:
-    """float64 when the weights are one value broadcast, else ``x``'s dtype.
+def _conv_fill(x: np.ndarray, value, group: int, mg: int, kernel_shape: list[int], strides: list[int],
+               dilations: list[int], begins: list[int], ends: list[int], outs: list[int]) -> np.ndarray:
+    """``(G, Mg, N, *outs)`` for weights that are all ``value``: every output channel of a
+    group is ``value`` times the window sum of the group's channel sum.
 
-    NOTE: with single-value weights every output channel is mathematically the same, and
-    ONNX Runtime's MLAS computes them bit-identically; OpenBLAS does not (its result depends
-    on the row's position in the blocking), and a final Softmax over logits of 1e9 turns
-    one-ulp differences into wrong probabilities (the ONNX "light" models are built so).
-    Accumulating in float64 makes the products exact and the rounding common to all rows.
+    NOTE: computing that one plane and broadcasting it is exact, O(C*S + G*K*P) instead of
+    O(M*Cg*K*P), and, more to the point, gives bit-identical channels as ONNX Runtime does.
+    Through BLAS the channels differ by an ulp (OpenBLAS rounds a row differently depending
+    on its place in the blocking), and the ONNX "light" models, whose weights are all
+    single-value fills, end in a Softmax over ~1e9 logits that turns one ulp into a wrong
+    probability.
     """
-    return np.dtype(np.float64) if x.dtype == np.float32 and is_fill(w) else x.dtype
+    n, c = x.shape[:2]
+    xs = x.reshape((n, group, c // group) + x.shape[2:]).sum(axis=2)  # (N, G, *S)
+    win = windows(pad_spatial(xs, begins, ends), kernel_shape, strides, dilations, outs)
+    taps = [win[(Ellipsis,) + t] for t in itertools.product(*(range(kk) for kk in kernel_shape))]
+    acc = taps[0].copy()
+    for t in taps[1:]:
+        acc += t
+    acc *= acc.dtype.type(value)
+    plane = np.moveaxis(acc, 1, 0)[:, None]  # (G, 1, N, *O)
+    return np.broadcast_to(plane, (group, mg, n) + tuple(outs))
 
 
 def _spatial_attrs(attrs: dict, w: np.ndarray, k: int, op: str) -> tuple[list[int], list[int], list[int], int]:
@@ -106,8 +115,11 @@ def conv(attrs, inputs):
         raise UnsupportedOpError(f"Conv: input channels {c}, weights {list(w.shape)} and group {group} disagree")
     begins, ends, outs = conv_geometry(x.shape[2:], kernel_shape, strides, dilations,
                                        attr_ints(attrs, "pads", None), attr_str(attrs, "auto_pad", "NOTSET"))
-    wm = packed(w, _accumulator(x, w)).reshape(group, m // group, -1)
-    y = _conv_matmul(x, wm, group, kernel_shape, strides, dilations, begins, ends, outs)
+    if is_fill(w):
+        y = _conv_fill(x, w.flat[0], group, m // group, kernel_shape, strides, dilations, begins, ends, outs)
+    else:
+        wm = packed(w).reshape(group, m // group, -1)
+        y = _conv_matmul(x, wm, group, kernel_shape, strides, dilations, begins, ends, outs)
     y = y.reshape((m, n) + tuple(outs))
     y = np.ascontiguousarray(np.moveaxis(y, 0, 1))
     if b is not None:

@@ -90,3 +90,21 @@ def test_conv_reads_broadcast_weights():
     check_node("Conv", [x, np.ascontiguousarray(w)], {})
     want = check_node("Conv", [x, np.ascontiguousarray(w)], {})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,group", [({"pads": [1, 1, 1, 1]}, 1), ({"strides": [2, 2], "dilations": [1, 2]}, 1),
+                                         ({"group": 3, "pads": [0, 1, 1, 0]}, 3), ({}, 1)])
+def test_conv_single_value_weights_give_identical_channels(attrs, group):
+    from corefold.executor.kernels.conv import conv
+    rng = np.random.default_rng(7)
+    x = randn(rng, 2, 6, 9, 10) * np.float32(1e3)
+    kernel = (3, 3) if attrs else (1, 1)
+    w = np.broadcast_to(np.float32(0.37), (12, 6 // group) + kernel)
+    b = randn(rng, 12)
+    attrs = {**attrs, "group": group} if group > 1 else attrs
+    got = conv(attrs, [x, w, b])[0]
+    want = check_node("Conv", [x, np.ascontiguousarray(w), b], attrs, rtol=1e-5, atol=1e-2)[0]
+    assert got.shape == want.shape and got.flags.writeable
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-2)
+    plain = conv(attrs, [x, w])[0].reshape(2, group, 12 // group, *got.shape[2:])
+    assert np.all(plain == plain[:, :, :1]), "channels of one group must be identical"

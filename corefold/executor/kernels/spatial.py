@@ -117,37 +117,33 @@ def windows(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilat
     return v[idx]
 
 
-# (id(constant), dtype) -> (weak reference to the constant, its contiguous copy)
-_PACKED: dict[tuple[int, str], tuple[weakref.ref, np.ndarray]] = {}
+# id(constant) -> (weak reference to the constant, its contiguous copy)
+_PACKED: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 
 
 def is_fill(a: np.ndarray) -> bool:
-    """Whether ``a`` is a single value broadcast (stride 0), as the importer stores
+    """Whether ``a`` is a single value broadcast (all strides 0), as the importer stores
     single-value constants."""
     return a.size > 1 and all(s == 0 for s in a.strides)
 
 
-def packed(a: np.ndarray, dtype: np.dtype | type | None = None) -> np.ndarray:
-    """``a`` (as ``dtype``) in a BLAS-friendly layout; a cached copy for read-only arrays.
+def packed(a: np.ndarray) -> np.ndarray:
+    """``a`` in a BLAS-friendly layout: itself, or for a read-only non-contiguous array (a
+    constant) a contiguous copy made once and reused while the constant lives.
 
-    Writeable arrays (kernel outputs and their views) come back as they are (converted if
-    ``dtype`` differs): BLAS takes any usual, e.g. transposed, layout. A read-only array
-    (a constant) that is not C-contiguous or not of ``dtype`` is copied once and the copy
-    reused while the constant lives: NumPy's matmul falls back to a slow non-BLAS loop on
+    Writeable arrays (kernel outputs and their views) come back as they are: BLAS takes
+    any usual, e.g. transposed, layout. NumPy's matmul falls back to a slow non-BLAS loop on
     zero-stride operands (the importer's single-value constants), and copying a large
-    broadcast on every run costs as much as the matmul. This is the executor's analogue of
-    ONNX Runtime's weight pre-packing.
+    broadcast on every run costs as much as the matmul, hence the cache: the executor's
+    analogue of ONNX Runtime's weight pre-packing.
     """
-    dt = np.dtype(dtype) if dtype is not None else a.dtype
-    if a.dtype == dt and (a.flags.c_contiguous or a.flags.writeable):
+    if a.flags.c_contiguous or a.flags.writeable:
         return a
-    if a.flags.writeable:
-        return a.astype(dt)
-    key = (id(a), dt.str)
+    key = id(a)
     hit = _PACKED.get(key)
     if hit is not None and hit[0]() is a:
         return hit[1]
-    copy = np.ascontiguousarray(a, dtype=dt)
+    copy = np.ascontiguousarray(a)
     try:
         ref = weakref.ref(a, lambda _r, key=key: _PACKED.pop(key, None))
     except TypeError:
