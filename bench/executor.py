@@ -5,7 +5,8 @@ here with random seeded weights (a MobileNet-style CNN and a transformer encoder
 outputs are far from the light models' near-uniform ones, so the error column means
 something), the model is imported with ``corefold.frontend.onnx.load_model`` and run by
 ``corefold.executor.run`` and by ONNX Runtime on the same seeded input. Each side gets one
-warm-up run, then the median of ``--runs`` timed runs. ORT sessions are built once, with
+warm-up run, then the median of ``--runs`` timed runs, the three sides (corefold, ORT single
+thread, ORT default) taking turns so that load from other processes hits them alike. ORT sessions are built once, with
 ``intra_op_num_threads=1`` (the headline peer: the executor's own loop is single threaded)
 and with ORT's default thread count.
 
@@ -23,7 +24,7 @@ NumPy's BLAS thread count is set by ``--blas-threads`` (default 1) through the
 
 Usage::
 
-    python bench/executor.py [--runs 5] [--blas-threads 1] [--weights dense] [--models resnet,vgg] [--json out.json]
+    python bench/executor.py [--runs 7] [--blas-threads 1] [--weights dense] [--models resnet,vgg] [--json out.json]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import sys
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=5, help="timed runs per side (median reported)")
+    p.add_argument("--runs", type=int, default=7, help="timed runs per side (median reported)")
     p.add_argument("--blas-threads", type=int, default=1, help="NumPy BLAS threads (default 1)")
     p.add_argument("--models", default="", help="comma-separated substrings selecting models")
     p.add_argument("--seed", type=int, default=0)
@@ -156,14 +157,18 @@ def transformer_block(seed: int, seq: int = 128, dim: int = 256, heads: int = 4)
 
 
 # -- measurement -----------------------------------------------------------------------------
-def _median_ms(fn, runs: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+def _median_ms(fns: list, runs: int) -> list[float]:
+    """Median wall time in ms of each of ``fns`` after one warm-up each. The functions are
+    run interleaved, round after round, so that load from other processes hits all alike."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, ts in zip(fns, times, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [1000 * statistics.median(ts) for ts in times]
 
 
 def densify(graph) -> int:
@@ -194,9 +199,8 @@ def bench_model(name: str, path: Path, runs: int, seed: int, dense: bool = True)
     ref = dict(zip([o.name for o in sess1.get_outputs()], sess1.run(None, ort_feeds), strict=True))
     err = max(float(np.max(np.abs(ours[n].astype(np.float64) - ref[n]))) for n in out_names)
     scale = max(float(np.max(np.abs(ref[n]))) for n in out_names)
-    t_ours = _median_ms(lambda: run(graph, feeds), runs)
-    t_ort1 = _median_ms(lambda: sess1.run(None, ort_feeds), runs)
-    t_ortd = _median_ms(lambda: sess_default.run(None, ort_feeds), runs)
+    t_ours, t_ort1, t_ortd = _median_ms([lambda: run(graph, feeds), lambda: sess1.run(None, ort_feeds),
+                                         lambda: sess_default.run(None, ort_feeds)], runs)
     return {"model": name, "nodes": len(graph), "corefold_ms": t_ours, "ort1_ms": t_ort1, "ort_default_ms": t_ortd,
             "ratio_ort1": t_ours / t_ort1, "ratio_ort_default": t_ours / t_ortd,
             "max_abs_error": err, "max_abs_output": scale}

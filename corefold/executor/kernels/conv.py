@@ -32,7 +32,7 @@ from corefold.executor.registry import kernel
 
 #: Target size (float32 elements) of one block of im2col columns: small enough to stay in
 #: cache between the copy and the matmul that reads it.
-COLUMN_BLOCK = 1 << 19
+COLUMN_BLOCK = 1 << 18
 
 
 def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[int], strides: list[int],
@@ -45,7 +45,6 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
     in cache and memory stays O(weights + output + one block).
     """
     n, c = x.shape[:2]
-    k = len(kernel_shape)
     cg = c // group
     mg = wm.shape[1]
     p = math.prod(outs)
@@ -55,15 +54,21 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
         return np.matmul(wm, cols).reshape((group, mg, n) + tuple(outs))
     win = windows(pad_spatial(x, begins, ends), kernel_shape, strides, dilations, outs)
     win = win.reshape((n, group, cg) + tuple(outs) + tuple(kernel_shape))  # (N, G, Cg, *O, *K)
-    perm = (0, 1) + tuple(range(2 + k, 2 + 2 * k)) + tuple(range(2, 2 + k))  # -> (G, Cg, *K, *O)
     ck = cg * math.prod(kernel_shape)
     rest = math.prod(outs[1:])
     rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, group * ck * rest)))
     y = np.empty((group, mg, n) + tuple(outs), dtype=np.result_type(x, wm))
+    taps = list(itertools.product(*(range(kk) for kk in kernel_shape)))
+    buf = np.empty((group, cg, len(taps), rows) + tuple(outs[1:]), dtype=x.dtype)
     for b in range(n):
         for r0 in range(0, outs[0], rows):
             r1 = min(outs[0], r0 + rows)
-            cols = np.ascontiguousarray(win[b, :, :, r0:r1].transpose(perm)).reshape(group, ck, (r1 - r0) * rest)
+            cols = buf[:, :, :, : r1 - r0]
+            # One copy per kernel tap: each has the output row as its contiguous inner loop,
+            # where copying the 2k-D window view at once iterates over the short tap axes.
+            for i, tap in enumerate(taps):
+                cols[:, :, i] = win[(b, slice(None), slice(None), slice(r0, r1)) + (Ellipsis,) + tap]
+            cols = cols.reshape(group, ck, (r1 - r0) * rest)
             y[:, :, b, r0:r1] = np.matmul(wm, cols).reshape((group, mg, r1 - r0) + tuple(outs[1:]))
     return y
 
