@@ -5,9 +5,9 @@ here with random seeded weights (a MobileNet-style CNN and a transformer encoder
 outputs are far from the light models' near-uniform ones, so the error column means
 something), the model is imported with ``corefold.frontend.onnx.load_model`` and run by
 ``corefold.executor.run`` and by ONNX Runtime on the same seeded input. Each side gets one
-warm-up run, then the median of ``--runs`` timed runs, the three sides (corefold, ORT single
-thread, ORT default) taking turns so that load from other processes hits them alike. ORT sessions are built once, with
-``intra_op_num_threads=1`` (the headline peer: the executor's own loop is single threaded)
+warm-up run, then the median of ``--runs`` timed runs; the three sides (corefold, ORT single
+thread, ORT default) take turns so that load from other processes hits them alike. ORT
+sessions are built once, with ``intra_op_num_threads=1`` (the headline peer: the executor's own loop is single threaded)
 and with ORT's default thread count.
 
 The light models' weights are single-value fills, which the importer keeps as stride-0
