@@ -30,9 +30,10 @@ from corefold.executor.kernels.spatial import (
 )
 from corefold.executor.registry import kernel
 
-#: Target size (float32 elements) of one block of im2col columns: small enough to stay in
-#: cache between the copy and the matmul that reads it.
-COLUMN_BLOCK = 1 << 18
+#: Output positions per block of im2col columns (rounded to whole rows of the first output
+#: axis): few enough that a block stays in cache between its copy and the matmul reading it,
+#: enough that BLAS re-packing the weights for every block costs little.
+COLUMN_BLOCK = 1024
 
 
 def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[int], strides: list[int],
@@ -40,7 +41,7 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
     """``(G, Mg, N, *outs)``: the weights ``wm (G, Mg, Cg*K)`` times the im2col columns of ``x``.
 
     The columns ``(G, Cg*K, positions)`` are built block by block (a run of rows of the first
-    output axis of one sample at a time, about :data:`COLUMN_BLOCK` elements), each block
+    output axis of one sample at a time, about :data:`COLUMN_BLOCK` positions), each block
     copied from the strided window view and multiplied at once, so the working set stays
     in cache and memory stays O(weights + output + one block).
     """
@@ -56,7 +57,7 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
     win = win.reshape((n, group, cg) + tuple(outs) + tuple(kernel_shape))  # (N, G, Cg, *O, *K)
     ck = cg * math.prod(kernel_shape)
     rest = math.prod(outs[1:])
-    rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, group * ck * rest)))
+    rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, rest)))
     y = np.empty((group, mg, n) + tuple(outs), dtype=np.result_type(x, wm))
     taps = list(itertools.product(*(range(kk) for kk in kernel_shape)))
     buf = np.empty((group, cg, len(taps), rows) + tuple(outs[1:]), dtype=x.dtype)
