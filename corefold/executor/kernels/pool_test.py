@@ -51,3 +51,18 @@ def test_global_pool(op):
     rng = np.random.default_rng(4)
     check_node(op, [randn(rng, 2, 5, 7, 6)])
     check_node(op, [randn(rng, 2, 5, 7)])
+
+
+def test_windows_is_the_strided_sliding_window_view():
+    from corefold.executor.kernels.spatial import windows
+    rng = np.random.default_rng(5)
+    xp = randn(rng, 2, 3, 13, 11)
+    for kernel, strides, dil in [((3, 3), (1, 1), (1, 1)), ((3, 2), (2, 3), (2, 1)), ((1, 4), (3, 1), (1, 2))]:
+        dk = [(k - 1) * d + 1 for k, d in zip(kernel, dil, strict=True)]
+        outs = [(n - e) // s + 1 for n, e, s in zip(xp.shape[2:], dk, strides, strict=True)]
+        ref = np.lib.stride_tricks.sliding_window_view(xp, dk, axis=(2, 3))
+        ref = ref[:, :, ::strides[0], ::strides[1], ::dil[0], ::dil[1]][:, :, :outs[0], :outs[1]]
+        got = windows(xp, kernel, strides, dil, outs)
+        assert got.shape == ref.shape and np.array_equal(got, ref) and not got.flags.writeable
+    with pytest.raises(ValueError):
+        windows(xp, (3, 3), (1, 1), (1, 1), (12, 9))
