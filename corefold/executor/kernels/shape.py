@@ -229,7 +229,7 @@ def slice_(attrs, inputs):
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ValueError("Slice: starts, ends, axes and steps differ in length")
     index = [slice(None)] * x.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
         a = _axis(a, x.ndim)
         index[a] = _slice_bounds(s, e, st, x.shape[a])
     return [x[tuple(index)]]
@@ -253,7 +253,7 @@ def split(attrs, inputs):
         raise ValueError(f"Split: sizes {sizes} do not add up to {dim}")
     bounds = np.cumsum([0] + sizes)
     out = []
-    for b, e in zip(bounds[:-1], bounds[1:]):
+    for b, e in zip(bounds[:-1], bounds[1:], strict=False):
         index = [slice(None)] * x.ndim
         index[axis] = slice(int(b), int(e))
         out.append(x[tuple(index)])
@@ -278,11 +278,11 @@ def pad(attrs, inputs):
     for i, a in enumerate(axes):
         before[a], after[a] = pads[i], pads[i + len(axes)]
     # negative pads crop first
-    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after)))
+    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after, strict=False)))
     x = x[crop]
-    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after, strict=False)]
     value = np.zeros((), x.dtype) if cval is None or np.asarray(cval).size == 0 else np.asarray(cval).reshape(-1)[0].astype(x.dtype)
-    shape = [d + b + e for d, (b, e) in zip(x.shape, width)]
+    shape = [d + b + e for d, (b, e) in zip(x.shape, width, strict=False)]
     if is_fill(x) and (mode != "constant" or _fill_value(x) == value or all(w == (0, 0) for w in width)):
         return [fill(_fill_value(x), shape)]
     if mode == "constant":

@@ -101,6 +101,12 @@ class Importer:
         """A new constant holding ``data``."""
         return self.graph.add_constant(self.new_name(base), np.asarray(data))
 
+    def bind_const(self, onnx_name: str, data: np.ndarray) -> Value:
+        """Bind an ONNX value name to a new constant."""
+        v = self.graph.add_constant(self._claim_onnx(onnx_name), data)
+        self.env[onnx_name] = v
+        return v
+
     def is_used(self, onnx_name: str) -> bool:
         return bool(onnx_name) and onnx_name in self.used_names
 
@@ -125,7 +131,7 @@ class Importer:
             except Exception as exc:  # noqa: BLE001 - a kernel refusing bad constants
                 raise ModelError(f"node '{name}' ({op}): cannot evaluate on its constant inputs: {exc}") from None
             out = []
-            for oname, r in zip(outputs, results):
+            for oname, r in zip(outputs, results, strict=False):
                 r = _compact(np.asarray(r))
                 base = oname if oname else f"{name}_out"
                 v = self.graph.add_constant(self.new_name(base) if not oname else self._claim_onnx(oname), r)
@@ -142,7 +148,7 @@ class Importer:
             vals.append(v)
         node = Node(op, inputs, vals, attrs, name=self._node_name(name, op))
         self.graph.add_node(node)
-        for oname, v in zip(outputs, vals):
+        for oname, v in zip(outputs, vals, strict=False):
             if oname:
                 self.env[oname] = v
         return vals
@@ -271,7 +277,7 @@ class Importer:
                 bound = tuple(int(b) for b in bound)
                 if tt.HasField("shape") and len(bound) != len(dims):
                     raise ShapeError(f"--shape {vi.name}: {len(bound)} dimensions given, the input has rank {len(dims)}")
-                for i, (d, b) in enumerate(zip(dims, bound)):
+                for i, (d, b) in enumerate(zip(dims, bound, strict=False)):
                     if isinstance(d, int) and d != b:
                         raise ShapeError(f"--shape {vi.name}: dimension {i} is fixed at {d} in the model, "
                                          f"cannot bind it to {b}")

@@ -180,17 +180,17 @@ def _resize(attrs, ins, consts):
         sizes = [int(s) for s in sizes.reshape(-1)]
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
         if policy == "stretch":
-            for a, s in zip(axes, sizes):
+            for a, s in zip(axes, sizes, strict=False):
                 out[a] = s
         else:
-            ratios = [s / x[a] for a, s in zip(axes, sizes)]
+            ratios = [s / x[a] for a, s in zip(axes, sizes, strict=False)]
             sc = min(ratios) if policy == "not_larger" else max(ratios)
             for a in axes:
                 out[a] = int(math.floor(sc * x[a] + 0.5))
     elif scales is not None:
         roi = const(1)
         crop = attrs.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" and roi is not None
-        for j, (a, s) in enumerate(zip(axes, scales.reshape(-1))):
+        for j, (a, s) in enumerate(zip(axes, scales.reshape(-1), strict=False)):
             extent = float(roi.reshape(-1)[j + len(axes)] - roi.reshape(-1)[j]) if crop else 1.0
             out[a] = int(math.floor(x[a] * extent * float(s)))
     else:
