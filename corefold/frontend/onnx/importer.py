@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto
 
-from corefold.errors import ModelError, ShapeError, UnsupportedOpError
+from corefold.errors import CorefoldError, ModelError, ShapeError, UnsupportedOpError
 from corefold.executor.kernels.shape import fill, is_fill
 from corefold.executor.registry import load_all
 from corefold.frontend.onnx import opsets
@@ -54,7 +54,12 @@ def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None 
         model = onnx.load(str(p))
     except Exception as exc:  # noqa: BLE001 - protobuf raises various errors on junk
         raise ModelError(f"'{p}': not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'parse error'})") from None
-    return from_onnx(model, shapes, source=str(p))
+    try:
+        return from_onnx(model, shapes, source=str(p))
+    except CorefoldError as exc:
+        if str(p) in str(exc):
+            raise
+        raise type(exc)(f"'{p}': {exc}") from None
 
 
 def from_onnx(model: ModelProto, shapes: dict[str, Sequence[int]] | None = None,
@@ -231,7 +236,11 @@ class Importer:
                 outs.pop()
             node = opsets.OnnxNode(n.op_type, name, ins, [o or None for o in outs], attrs)
             before = len(g)
-            normaliser(self, node)
+            try:
+                normaliser(self, node)
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
+                # a malformed node (missing attribute or input) in a file that parsed
+                raise ModelError(f"node '{name}' ({n.op_type}) is malformed: {type(exc).__name__}: {exc}") from None
             meta = {p.key[len("corefold."):]: p.value for p in getattr(n, "metadata_props", [])
                     if p.key.startswith("corefold.")}
             if meta:
