@@ -4,8 +4,8 @@ fill (stride-0) preservation and input immutability."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from corefold.executor.kernels.shape import fill, is_fill
