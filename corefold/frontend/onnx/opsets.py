@@ -58,7 +58,12 @@ def _register(*ops: str):
 for _op in ("Gemm", "MatMul", "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",
             "Erf", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Sum", "Concat", "GlobalAveragePool",
             "LRN", "Reshape", "Flatten", "Transpose", "Shape", "Gather", "ConstantOfShape",
-            "Identity", "LayerNormalization", "DequantizeLinear", "Expand", "Range", "Cast"):
+            "Identity", "LayerNormalization", "DequantizeLinear", "Expand", "Range", "Cast",
+            # beyond the required set: ops the reference executor also runs
+            "Abs", "Ceil", "Elu", "Exp", "Floor", "Gelu", "Log", "Neg", "Reciprocal", "Round",
+            "Selu", "Sign", "Softplus", "Softsign", "Not", "Mod", "PRelu", "Max", "Min", "Mean",
+            "And", "Or", "Xor", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
+            "Where", "ArgMax", "ArgMin", "InstanceNormalization", "GlobalMaxPool"):
     NORMALISERS[_op] = _as_is
 
 
@@ -105,9 +110,11 @@ def _squeeze(imp: "Importer", n: OnnxNode) -> None:
     _as_is(imp, n)
 
 
-@_register("ReduceMean")
-def _reduce_mean(imp: "Importer", n: OnnxNode) -> None:
-    if imp.opset < 18:
+@_register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceSumSquare")
+def _reduce(imp: "Importer", n: OnnxNode) -> None:
+    # axes became an input at opset 13 for ReduceSum, at 18 for the others
+    if imp.opset < (13 if n.op == "ReduceSum" else 18):
         _attr_to_input(imp, n, "axes", 1, "int64")
     _as_is(imp, n)
 
@@ -187,7 +194,7 @@ def _batch_norm(imp: "Importer", n: OnnxNode) -> None:
     imp.emit("BatchNormalization", n.inputs, n.attrs, n.outputs[:1], n.name)
 
 
-@_register("Softmax")
+@_register("Softmax", "LogSoftmax")
 def _softmax(imp: "Importer", n: OnnxNode) -> None:
     x = n.inputs[0]
     rank = len(x.shape)
@@ -197,11 +204,11 @@ def _softmax(imp: "Importer", n: OnnxNode) -> None:
     axis = n.attrs.get("axis", 1)
     axis = axis + rank if axis < 0 else axis
     if axis == rank - 1:
-        imp.emit("Softmax", [x], {"axis": -1}, n.outputs, n.name)
+        imp.emit(n.op, [x], {"axis": -1}, n.outputs, n.name)
         return
     # opset < 13: softmax over the flattened dims [axis:], i.e. Flatten -> Softmax -> Reshape
     (flat,) = imp.emit("Flatten", [x], {"axis": axis}, [None], f"{n.name}_flatten")
-    (soft,) = imp.emit("Softmax", [flat], {"axis": -1}, [None], n.name)
+    (soft,) = imp.emit(n.op, [flat], {"axis": -1}, [None], n.name)
     shape = imp.const(np.array(x.shape, np.int64), f"{n.name}_shape")
     imp.emit("Reshape", [soft, shape], {}, n.outputs, f"{n.name}_reshape")
 

@@ -189,6 +189,18 @@ CASES = {
                                 {"s": np.array([2, 3, 4], np.int64)}), None),
     "gather_negative_13": (make([N("Gather", ["x", "i"], ["y"], axis=-1)], X4, ["y"], 13,
                                 {"i": np.array([[-1, 0], [2, -3]], np.int64)}), None),
+    # ops beyond the required set
+    "logsoftmax_coerce_9": (make([N("LogSoftmax", ["x"], ["y"], axis=2)], X4, ["y"], 9),
+                            lambda g: ops(g) == ["Flatten", "LogSoftmax", "Reshape"]),
+    "reduce_sum_11": (make([N("ReduceSum", ["x"], ["y"], axes=[0, 2])], X4, ["y"], 11), None),
+    "reduce_max_13": (make([N("ReduceMax", ["x"], ["y"], axes=[-1], keepdims=0)], X4, ["y"], 13), None),
+    "misc_elementwise_13": (make([N("Abs", ["x"], ["a"]), N("Neg", ["a"], ["b"]), N("Exp", ["b"], ["c"]),
+                                  N("Greater", ["c", "x"], ["m"]), N("Where", ["m", "c", "x"], ["w"]),
+                                  N("Max", ["w", "x", "c"], ["mx"]), N("PRelu", ["mx", "slope"], ["pr"]),
+                                  N("ArgMax", ["pr"], ["y"], axis=1, keepdims=0)], X4, ["y", "w"], 13,
+                                 {"slope": np.float32([[[0.1]], [[0.2]], [[0.3]]])}, {"y": TensorProto.INT64}), None),
+    "instance_norm_elu_9": (make([N("InstanceNormalization", ["x", "s", "b"], ["i"]), N("Elu", ["i"], ["y"])], X4, ["y"], 9,
+                                 {"s": np.float32([1, 2, 3]), "b": np.float32([0, 1, 2])}), None),
 }
 
 

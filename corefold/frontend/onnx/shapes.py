@@ -32,18 +32,44 @@ def _register(*ops: str):
 
 
 @_register("Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Erf", "Sqrt",
-           "Clip", "Softmax", "LRN", "BatchNormalization", "Neg", "Abs", "Exp", "Log")
+           "Clip", "Softmax", "LogSoftmax", "LRN", "BatchNormalization", "InstanceNormalization",
+           "Neg", "Abs", "Exp", "Log", "Ceil", "Floor", "Round", "Sign", "Reciprocal", "Elu", "Selu",
+           "Softplus", "Softsign", "Gelu", "Not")
 def _unary(attrs, ins, consts):
     return [ins[0]]
 
 
-@_register("Add", "Sub", "Mul", "Div", "Pow", "Sum")
-def _broadcast(attrs, ins, consts):
+def _broadcast_shape(ins) -> Shape:
     shapes = [s for s, _ in (i for i in ins if i is not None)]
     try:
-        return [(tuple(np.broadcast_shapes(*shapes)), ins[0][1])]
+        return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         raise ValueError(f"shapes {[list(s) for s in shapes]} do not broadcast") from None
+
+
+@_register("Add", "Sub", "Mul", "Div", "Pow", "Sum", "Mod", "PRelu", "Max", "Min", "Mean")
+def _broadcast(attrs, ins, consts):
+    return [(_broadcast_shape(ins), ins[0][1])]
+
+
+@_register("Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor")
+def _compare(attrs, ins, consts):
+    return [(_broadcast_shape(ins), np.dtype("bool"))]
+
+
+@_register("Where")
+def _where(attrs, ins, consts):
+    return [(_broadcast_shape(ins), ins[1][1])]
+
+
+@_register("ArgMax", "ArgMin")
+def _arg_reduce(attrs, ins, consts):
+    x, _ = ins[0]
+    axis = attrs.get("axis", 0)
+    axis = axis + len(x) if axis < 0 else axis
+    keep = attrs.get("keepdims", 1)
+    out = tuple((1 if i == axis else d) for i, d in enumerate(x) if keep or i != axis)
+    return [(out, np.dtype("int64"))]
 
 
 def _conv_like(attrs, x: Shape, kernel: Sequence[int], *, ceil: bool = False) -> list[int]:
@@ -133,7 +159,8 @@ def _matmul(attrs, ins, consts):
     return [(out, dt)]
 
 
-@_register("ReduceMean")
+@_register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceSumSquare")
 def _reduce(attrs, ins, consts):
     x, dt = ins[0]
     axes_c = consts[1] if len(consts) > 1 else None
