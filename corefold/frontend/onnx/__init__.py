@@ -23,7 +23,8 @@ IR conventions the importer guarantees (kernels and passes rely on them):
   initializers) are read-only stride-0 ``np.broadcast_to`` arrays: never write into a
   constant, and use ``corefold.executor.kernels.shape.is_fill`` to recognise them.
 * Shape arithmetic and constant subgraphs are folded: no node has only constant inputs
-  (a node whose kernel is not registered yet is kept), and Shape nodes are gone.
+  (except QuantizeLinear/DequantizeLinear, which mark quantized weights, and nodes whose
+  kernel is not registered), and Shape nodes are gone.
 * Initializers are constants, also when listed as graph inputs (IR version < 4 style):
   the graph inputs are only the true inputs. Node names stay unique (ONNX names kept
   where possible); value names are the ONNX names, so feeds and outputs keep their names.

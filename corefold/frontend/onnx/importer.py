@@ -38,6 +38,11 @@ KERNEL_INFERRED: dict[str, tuple[int, ...]] = {
 }
 
 
+#: Ops never folded even on constant inputs: QDQ pairs on weights are how a quantized model
+#: says its weights are integers, so DequantizeLinear(int8 constant) must stay a node.
+NO_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
 def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None = None) -> Graph:
     """Read an ONNX file and import it (see :func:`from_onnx`).
 
@@ -125,7 +130,7 @@ class Importer:
         inputs = list(inputs)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        foldable = op in self.kernels and (
+        foldable = op in self.kernels and op not in NO_FOLD and (
             op == "Shape" and inputs[0].has_static_shape
             or all(v is None or v.is_constant for v in inputs))
         if foldable:
