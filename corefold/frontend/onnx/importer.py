@@ -149,7 +149,7 @@ class Importer:
                     self.env[oname] = v
                 out.append(v)
             return out
-        types = self.infer(op, attrs, inputs, name, len(outputs))
+        types = self.infer(op, attrs, inputs, name, [o or f"{name}_out{i}" for i, o in enumerate(outputs)])
         vals = []
         for i, oname in enumerate(outputs):
             shape, dtype = types[i]
@@ -164,18 +164,20 @@ class Importer:
         return vals
 
     def infer(self, op: str, attrs: dict[str, Any], inputs: Sequence[Value | None], name: str,
-              n_out: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+              out_names: Sequence[str]) -> list[tuple[tuple[int, ...], np.dtype]]:
         """Output shapes and dtypes of an opset-21 node.
 
         Raises:
             ShapeError: naming the node, when an input that decides the shape is not
                 constant or the shapes do not fit the operator.
         """
+        what = f"'{out_names[0]}'" + (f" (and {len(out_names) - 1} more)" if len(out_names) > 1 else "")
+        what += f", output of node '{name}' ({op})"
         try:
             if op in KERNEL_INFERRED:
                 for i in KERNEL_INFERRED[op]:
                     if i < len(inputs) and inputs[i] is not None and not inputs[i].is_constant:
-                        raise ShapeError(f"node '{name}' ({op}): the shape of its output depends on input "
+                        raise ShapeError(f"shape of {what} unknown: it depends on input "
                                          f"'{inputs[i].name}', which is not a constant at import")
                 args = [None if v is None else (v.const if v.is_constant else fill(np.zeros((), v.dtype), v.shape))
                         for v in inputs]
@@ -188,10 +190,10 @@ class Importer:
         except ShapeError:
             raise
         except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise ShapeError(f"node '{name}' ({op}): cannot infer output shape from inputs "
+            raise ShapeError(f"cannot infer the shape of {what} from inputs "
                              f"{[list(v.shape) if v is not None else None for v in inputs]}: {exc}") from None
-        if len(types) < n_out:
-            raise ShapeError(f"node '{name}' ({op}) has {n_out} outputs, the operator gives {len(types)}")
+        if len(types) < len(out_names):
+            raise ShapeError(f"node '{name}' ({op}) has {len(out_names)} outputs, the operator gives {len(types)}")
         return types
 
     def value(self, onnx_name: str, node_name: str) -> Value | None:
