@@ -121,7 +121,7 @@ class Importer:
         return bool(onnx_name) and onnx_name in self.used_names
 
     def emit(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any],
-             outputs: Sequence[str | None], name: str, num_outputs: int | None = None) -> list[Value]:
+             outputs: Sequence[str | None], name: str) -> list[Value]:
         """Add an opset-21 node (or fold it into constants) and bind its outputs.
 
         ``outputs`` are ONNX names to bind (``None``: a fresh internal value). Returns the
