@@ -213,10 +213,10 @@ def _slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
         start = min(max(start, 0), dim)
         end = min(max(end, 0), dim)
         return slice(start, end, step)
-    start = min(max(start, -1), dim - 1)
-    end = min(max(end, -1), dim - 1)
-    if start < 0:  # empty
+    if dim == 0:
         return slice(0, 0, 1)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
     return slice(start, None if end < 0 else end, step)
 
 

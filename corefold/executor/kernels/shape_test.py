@@ -118,3 +118,53 @@ def test_fill_helpers():
     f = fill(np.array([3.0]), (2, 2), np.float16)
     assert is_fill(f) and f.dtype == np.float16 and f[1, 1] == 3
     assert not is_fill(np.ones((2, 2))) and not is_fill(fill(1, (1,)))
+
+
+# -- property tests: Slice and Pad against ONNX Runtime on random parameters ---------------
+
+from hypothesis import assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from corefold.frontend.onnx.check import ort_session  # noqa: E402
+
+_SESSIONS: dict[str, object] = {}
+
+
+def _session(key, op, n_params, attrs):
+    if key not in _SESSIONS:
+        ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5, 6])]
+        ins += [helper.make_tensor_value_info(f"p{i}", TensorProto.INT64, [None]) for i in range(n_params)]
+        node = helper.make_node(op, [i.name for i in ins], ["y"], **attrs)
+        g = helper.make_graph([node], "p", ins, [onnx.ValueInfoProto(name="y")])
+        _SESSIONS[key] = ort_session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+    return _SESSIONS[key]
+
+
+PX = rng.standard_normal((4, 5, 6)).astype(np.float32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 2), st.integers(-9, 9), st.integers(-9, 9),
+                          st.integers(-3, 3).filter(lambda s: s != 0)), min_size=1, max_size=3,
+                unique_by=lambda t: t[0] % 3))
+def test_slice_property(params):
+    axes, starts, ends, steps = (np.array(v, np.int64) for v in zip(*params, strict=True))
+    want = _session("slice", "Slice", 4, {}).run(None, {"x": PX, "p0": starts, "p1": ends, "p2": axes, "p3": steps})[0]
+    (got,) = load_all()["Slice"]({}, [PX, starts, ends, axes, steps])
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["constant", "reflect", "edge", "wrap"]),
+       st.lists(st.integers(-3, 3), min_size=6, max_size=6))
+def test_pad_property(mode, pads):
+    kept = [d + min(pads[i], 0) + min(pads[i + 3], 0) for i, d in enumerate(PX.shape)]
+    assume(all(k > 0 for k in kept))
+    if mode == "reflect":  # ONNX Runtime: reflect pads must be < the (cropped) size
+        assume(all(max(pads[i], pads[i + 3]) < k for i, k in enumerate(kept)))
+    pads = np.array(pads, np.int64)
+    want = _session(f"pad_{mode}", "Pad", 1, {"mode": mode}).run(None, {"x": PX, "p0": pads})[0]
+    (got,) = load_all()["Pad"]({"mode": mode}, [PX, pads])
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
