@@ -59,3 +59,14 @@ def test_roundtrip_matches_onnxruntime(name, tmp_path):
     for w, g in zip(want, got, strict=True):
         assert w.shape == g.shape and w.dtype == g.dtype
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-6 * max(1.0, float(np.abs(w).max())))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_imported_graph_text_form_round_trips(name):
+    from corefold.ir import parse, to_text
+
+    graph = load_model(os.path.join(LIGHT_DIR, name))
+    text = to_text(graph)
+    back = parse(text)
+    verify(back)
+    assert to_text(back) == text
