@@ -1,6 +1,6 @@
 """Shape and data-movement kernels: Shape, Gather, Concat, Slice, Split, Reshape, Flatten,
 Transpose, Squeeze, Unsqueeze, Expand, Pad, Cast, Identity, Dropout, Constant,
-ConstantOfShape, Range.
+ConstantOfShape, Range, Tile.
 
 Conventions (see :mod:`corefold.executor.registry`): opset-21 semantics, inputs never
 modified, dtype-valued attributes (``Cast.to``) are NumPy dtype names.
@@ -290,6 +290,16 @@ def pad(attrs, inputs):
     if mode in ("reflect", "edge", "wrap"):
         return [np.pad(x, width, mode=mode)]
     raise ValueError(f"Pad: unknown mode {mode!r}")
+
+
+@kernel("Tile")
+def tile(attrs, inputs):
+    x, reps = inputs[0], _ints(inputs[1])
+    if len(reps) != x.ndim or min(reps, default=1) < 0:
+        raise ValueError(f"Tile: repeats {reps} do not fit rank {x.ndim}")
+    if is_fill(x):
+        return [fill(_fill_value(x), [d * r for d, r in zip(x.shape, reps, strict=True)])]
+    return [np.tile(x, reps)]
 
 
 @kernel("Range")

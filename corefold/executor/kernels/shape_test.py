@@ -52,6 +52,7 @@ CASES = {
     "constant_of_shape": ("ConstantOfShape", [I64(2, 3)], {"value": numpy_helper.from_array(np.array([7], np.int32))}),
     "constant_of_shape_default": ("ConstantOfShape", [I64(4)], {}),
     "expand": ("Expand", [X[:, :1, :1], I64(3, 1, 1, 1, 1)], {}),
+    "tile": ("Tile", [X[:, :2], I64(1, 3, 2, 1)], {}),
     "range_float": ("Range", [np.float32(1), np.float32(-2), np.float32(-0.7)], {}),
     "range_int": ("Range", [np.int64(2), np.int64(11), np.int64(3)], {}),
 }
@@ -106,6 +107,7 @@ FILL = fill(np.float32(1.5), (64, 32, 3, 3))
     ("Cast", [FILL], {"to": "float16"}),
     ("Pad", [FILL, I64(0, 0, 1, 1, 0, 0, 1, 1)], {"mode": "edge"}),
     ("Expand", [FILL, I64(2, 1, 1, 1, 1)], {}),
+    ("Tile", [FILL, I64(2, 1, 1, 3)], {}),
     ("ConstantOfShape", [I64(4096, 25088)], {"value": np.float32([0.25])}),
 ])
 def test_fills_stay_fills(op, inputs, attrs):

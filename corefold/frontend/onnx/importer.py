@@ -26,7 +26,7 @@ from corefold.frontend.onnx.shapes import SHAPE_FUNCTIONS
 from corefold.ir import Graph, Node, Value
 
 #: Opset versions of the default domain corefold reads.
-MIN_OPSET, MAX_OPSET = 7, 22
+MIN_OPSET, MAX_OPSET = 6, 22
 
 #: Ops inferred by running their (cheap, fill-preserving) kernels on stride-0 dummies,
 #: mapped to the inputs that must be constants for their output shape to be known.
@@ -34,7 +34,7 @@ KERNEL_INFERRED: dict[str, tuple[int, ...]] = {
     "Identity": (), "Dropout": (), "Cast": (), "Transpose": (), "Flatten": (), "Concat": (),
     "Gather": (), "Shape": (), "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
     "Expand": (1,), "Slice": (1, 2, 3, 4), "Split": (1,), "Pad": (1, 3), "ConstantOfShape": (0,),
-    "Range": (0, 1, 2),
+    "Range": (0, 1, 2), "Tile": (1,),
 }
 
 

@@ -1,4 +1,4 @@
-"""Opset normalisation: every supported ONNX node, at any opset 7-22, as opset-21 nodes.
+"""Opset normalisation: every supported ONNX node, at any opset 6-22, as opset-21 nodes.
 
 One normaliser per operator. Each reads an :class:`OnnxNode` (inputs already bound to IR
 values, attributes already Python) and emits the equivalent opset-21 node(s) through
@@ -53,18 +53,45 @@ def _register(*ops: str):
     return deco
 
 
-# Ops whose opset-21 form reads every opset 7-22 model unchanged (extra inputs or attributes
+# Ops whose opset-21 form reads every opset 6-22 model unchanged (extra inputs or attributes
 # added by later opsets all default to the old behaviour).
-for _op in ("Gemm", "MatMul", "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",
-            "Erf", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Sum", "Concat", "GlobalAveragePool",
+for _op in ("MatMul", "Relu", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh",
+            "Erf", "Sqrt", "Sum", "Concat", "GlobalAveragePool",
             "LRN", "Reshape", "Flatten", "Transpose", "Shape", "Gather", "ConstantOfShape",
-            "Identity", "LayerNormalization", "DequantizeLinear", "Expand", "Range", "Cast",
+            "Identity", "LayerNormalization", "DequantizeLinear", "Expand", "Range", "Cast", "Tile",
             # beyond the required set: ops the reference executor also runs
             "Abs", "Ceil", "Elu", "Exp", "Floor", "Gelu", "Log", "Neg", "Reciprocal", "Round",
-            "Selu", "Sign", "Softplus", "Softsign", "Not", "Mod", "PRelu", "Max", "Min", "Mean",
-            "And", "Or", "Xor", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
+            "Selu", "Sign", "Softplus", "Softsign", "Not", "Mod", "Max", "Min", "Mean",
             "Where", "ArgMax", "ArgMin", "InstanceNormalization", "GlobalMaxPool"):
     NORMALISERS[_op] = _as_is
+
+
+@_register("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less",
+           "GreaterOrEqual", "LessOrEqual", "Gemm")
+def _legacy_broadcast(imp: "Importer", n: OnnxNode) -> None:
+    """Opset < 7: ``broadcast=1`` with ``axis`` aligns B with A starting at ``axis``;
+    reshape B so that NumPy broadcasting means the same (Gemm's C already does)."""
+    broadcast = n.attrs.pop("broadcast", 0)
+    axis = n.attrs.pop("axis", None) if n.op != "Gemm" else None
+    if broadcast and axis is not None and n.op != "Gemm":
+        a, b = n.inputs[0], n.inputs[1]
+        axis = axis + len(a.shape) if axis < 0 else axis
+        trailing = len(a.shape) - axis - len(b.shape)
+        if trailing > 0:
+            shape = imp.const(np.array(list(b.shape) + [1] * trailing, np.int64), f"{n.name}_bshape")
+            (b2,) = imp.emit("Reshape", [b, shape], {}, [None], f"{n.name}_broadcast")
+            n.inputs[1] = b2
+    _as_is(imp, n)
+
+
+@_register("PRelu")
+def _prelu(imp: "Importer", n: OnnxNode) -> None:
+    """Opset < 7: a 1-D slope of size C is per channel (axis 1), not NumPy-aligned."""
+    x, slope = n.inputs[0], n.inputs[1]
+    if imp.opset < 7 and len(slope.shape) == 1 and slope.shape[0] > 1 and len(x.shape) > 2:
+        shape = imp.const(np.array([slope.shape[0]] + [1] * (len(x.shape) - 2), np.int64), f"{n.name}_slope_shape")
+        (n.inputs[1],) = imp.emit("Reshape", [slope, shape], {}, [None], f"{n.name}_slope")
+    _as_is(imp, n)
 
 
 def _attr_to_input(imp: "Importer", n: OnnxNode, attr: str, index: int, dtype: str) -> None:

@@ -222,3 +222,23 @@ def test_auto_pad_gives_explicit_pads():
     graph = assert_same(model)
     # out 4, total = 3*2 + 4 - 7 = 3: upper puts the extra one at the end
     assert graph.nodes[0].attrs["pads"] == [1, 1, 2, 2]
+
+
+def test_legacy_broadcast_opset6_against_numpy():
+    """ONNX Runtime cannot run opset-6 Add/PRelu, so the reference here is NumPy."""
+    b, c = np.float32([1, 2, 3]), np.arange(6, dtype=np.float32)
+    w, bias, slope = np.ones((90, 2), np.float32), np.float32([1, 2]), np.float32([0.1, 0.2, 0.3])
+    model = make([N("Add", ["x", "b"], ["a"], broadcast=1, axis=1), N("Mul", ["a", "c"], ["m"], broadcast=1),
+                  N("Flatten", ["m"], ["f"]), N("Gemm", ["f", "w", "bias"], ["y"], broadcast=1),
+                  N("PRelu", ["m", "s"], ["p"])],
+                 X4, ["y", "p"], 6, {"b": b, "c": c, "w": w, "bias": bias, "s": slope})
+    from corefold.frontend.onnx import from_onnx, to_onnx
+    from corefold.frontend.onnx.check import ort_run
+
+    graph = from_onnx(model)
+    assert not any("broadcast" in n.attrs for n in graph.nodes)
+    x = feeds_for(model)["x"]
+    got = ort_run(to_onnx(graph), {"x": x})
+    m = (x + b[None, :, None, None]) * c
+    np.testing.assert_allclose(got["y"], m.reshape(2, -1) @ w + bias, rtol=1e-5)
+    np.testing.assert_allclose(got["p"], np.where(m > 0, m, m * slope[None, :, None, None]), rtol=1e-6)
