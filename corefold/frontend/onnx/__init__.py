@@ -7,9 +7,9 @@ IR conventions the importer guarantees (kernels and passes rely on them):
 
 * ``graph.opset == 21``: every node has ONNX opset-21 semantics, whatever the model's
   opset (6 to 22). Attributes that opset 21 takes as inputs are constant inputs (Clip
-  min/max, Squeeze/Unsqueeze/ReduceMean axes, Slice starts/ends/axes, Pad pads/value,
-  Dropout ratio); opset-6 ``broadcast``/``axis`` become NumPy broadcasting; Split always has its sizes as input 1; Upsample and Resize-10 are
-  Resize (asymmetric, floor); Softmax's old coerce-to-2D semantics are rewritten as
+  min/max, Squeeze/Unsqueeze/Reduce* axes, Slice starts/ends/axes, Pad pads/value,
+  Dropout ratio); opset-6 ``broadcast``/``axis`` become NumPy broadcasting; Split always
+  has its sizes as input 1; Upsample and Resize-10 are Resize (asymmetric, floor); Softmax's old coerce-to-2D semantics are rewritten as
   Flatten/Softmax/Reshape; ``auto_pad`` (Conv, pools, ConvTranspose) and ConvTranspose's
   ``output_shape`` are explicit ``pads``; BatchNormalization has one output and no
   ``spatial``/``consumed_inputs``/``is_test``.
