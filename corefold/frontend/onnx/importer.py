@@ -9,6 +9,7 @@ shapes. Whole import: O(nodes + constant bytes folded).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -251,7 +252,6 @@ class Importer:
             meta = {p.key[len("corefold."):]: p.value for p in getattr(n, "metadata_props", [])
                     if p.key.startswith("corefold.")}
             if meta:
-                import json
                 for added in g.nodes[before:]:
                     added.meta.update({k: json.loads(v) for k, v in meta.items()})
         for o in graph.output:
