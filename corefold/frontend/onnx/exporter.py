@@ -65,7 +65,8 @@ def to_onnx(graph: Graph) -> ModelProto:
         ins = ["" if v is None else renamed.get(v.name, v.name) for v in n.inputs]
         proto = helper.make_node(n.op_type, ins, [v.name for v in n.outputs], name=n.name,
                                  domain=n.domain or None)
-        proto.attribute.extend(make_attribute(n.op_type, k, val, what) for k, val in sorted(n.attrs.items()))
+        proto.attribute.extend(make_attribute(n.op_type, k, val, what) for k, val in sorted(n.attrs.items())
+                               if val is not None)
         for k, val in n.meta.items():
             try:
                 text = json.dumps(val, sort_keys=True)
