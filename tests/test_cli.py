@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 from corefold.examples import example_path

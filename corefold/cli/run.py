@@ -72,7 +72,7 @@ def _check(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.
 
     try:
         sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-        ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+        ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
     except Exception as exc:  # ORT raises its own exception types; report them as the reference's failure
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
