@@ -117,3 +117,18 @@ def test_conv_transpose_3d_grouped_dilated():
     check_node("ConvTranspose", [x, w, randn(rng, 4)],
                {"group": 2, "strides": [2, 1, 2], "dilations": [1, 2, 1], "pads": [0, 1, 1, 1, 0, 0],
                 "output_padding": [1, 0, 1]})
+
+
+@pytest.mark.parametrize("attrs,kernel", [({"pads": [1, 1, 1, 1]}, (3, 3)), ({}, (3, 3)), ({"pads": [2, 0, 1, 2]}, (5, 3)),
+                                          ({"dilations": [2, 3], "pads": [2, 3, 2, 3]}, (3, 3)),
+                                          ({"auto_pad": "SAME_UPPER"}, (4, 2)), ({"pads": [0, 3, 0, 3]}, (1, 7)),
+                                          ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, (3, 3)),
+                                          ({"strides": [2, 3], "pads": [0, 1, 2, 1], "dilations": [2, 1]}, (3, 3)),
+                                          ({"strides": [3, 2], "auto_pad": "SAME_LOWER"}, (5, 4)),
+                                          ({"strides": [2, 1]}, (1, 1))])
+@pytest.mark.parametrize("n", [1, 2])
+def test_depthwise(attrs, kernel, n):
+    rng = np.random.default_rng(9)
+    c = 5
+    x = randn(rng, n, c, 9, 7)
+    check_node("Conv", [x, randn(rng, c, 1, *kernel), randn(rng, c)], {**attrs, "group": c})
