@@ -1,7 +1,7 @@
 """Seeded synthetic topologies: Watts-Strogatz small worlds and random graphs.
 
 Neuron-level topologies of real CNN layer stacks are in
-:mod:`~corefold.mapping.topology.networks`. Every generator takes its seed explicitly;
+:mod:`~corefold.mapping.topology.generate_cnn`. Every generator takes its seed explicitly;
 the same arguments give the same arrays.
 """
 
