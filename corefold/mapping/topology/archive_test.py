@@ -5,7 +5,12 @@ import numpy as np
 import pytest
 
 from corefold.mapping.topology.archive import (
-    FLAG_MATCHED, iter_archive, read_archive, read_manifest, vertex_member, write_archive,
+    FLAG_MATCHED,
+    iter_archive,
+    read_archive,
+    read_manifest,
+    vertex_member,
+    write_archive,
 )
 from corefold.mapping.topology.generate import random_topology
 from corefold.mapping.topology.model import Topology, TopologyError

@@ -3,7 +3,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corefold.mapping.topology.varint import VarintError, decode_varints, encode_varints, encoded_lengths
+from corefold.mapping.topology.varint import (
+    VarintError,
+    decode_varints,
+    encode_varints,
+    encoded_lengths,
+)
 
 
 def test_hand_written_bytes_from_the_docs():
