@@ -15,8 +15,6 @@ plus O(chunk) for the edges in flight.
 from __future__ import annotations
 
 import json
-import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +22,9 @@ from typing import Iterator
 import numpy as np
 
 from corefold.mapping.topology.model import Topology, TopologyError, index_dtype
+from corefold.mapping.topology.records import STATUS_TEXT, decode_rows, encode_rows
 from corefold.mapping.topology.varint import VarintError, decode_varints, encode_varints
+from corefold.mapping.topology.zipstore import ZipFormatError, ZipStoreReader, ZipStoreWriter
 
 FORMAT = "corefold-topology-archive"
 VERSION = 1
@@ -34,8 +34,6 @@ VERTICES = "vertices"
 FLAG_MATCHED = 1
 #: Deflate level: 1 is nearly as small as 6 on these short files and markedly faster.
 DEFAULT_LEVEL = 1
-#: A zip member's fixed timestamp (the zip epoch) so equal topologies give equal archives.
-_EPOCH = (1980, 1, 1, 0, 0, 0)
 _CHUNK_BYTES = 1 << 23
 _CHUNK_ENTRIES = 1 << 21
 _WEIGHT_ENCODINGS = {"integer", "float32-bits", "float64-bits"}
@@ -105,17 +103,14 @@ class ArchiveWriter:
         self.level = level
         self.next_vertex = 0
         self.entries = 0
-        self._zip = zipfile.ZipFile(self.path, "w", zipfile.ZIP_DEFLATED, compresslevel=level, allowZip64=True)
+        self._zip = ZipStoreWriter(self.path, level)
 
     @property
     def num_vertices(self) -> int:
         return int(self.neuron_sizes.shape[0])
 
     def _member(self, name: str, data: bytes) -> None:
-        info = zipfile.ZipInfo(name, date_time=_EPOCH)
-        info.compress_type = zipfile.ZIP_DEFLATED
-        info.external_attr = 0o644 << 16
-        self._zip.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=self.level)
+        self._zip.add(name, data)
 
     def _weight_codes(self, weights: np.ndarray) -> np.ndarray:
         w = np.asarray(weights)
@@ -151,26 +146,13 @@ class ArchiveWriter:
         if e and (other.min() < 0 or other.max() >= self.num_vertices):
             raise TopologyError(f"{self.path}: a neighbour id is outside [0, {self.num_vertices})")
         w = np.asarray(weights)[indptr[0]:indptr[0] + e]
-        counts = np.diff(local)
-        # NOTE: value stream of the chunk: per vertex [count, (flag, other, size, weight) * count].
-        header = local[:-1] * 4 + np.arange(k)
-        vals = np.empty(k + 4 * e, dtype=np.uint64)
-        vals[header] = counts
-        pos = 4 * np.arange(e, dtype=np.int64) + np.repeat(np.arange(k, dtype=np.int64), counts) + 1
-        vals[pos] = 0 if flags is None else np.asarray(flags)[indptr[0]:indptr[0] + e]
-        vals[pos + 1] = other
-        vals[pos + 2] = self.neuron_sizes[other]
-        vals[pos + 3] = self._weight_codes(w)
-        del pos
-        code = encode_varints(vals)
-        term = np.flatnonzero(code < 0x80)  # last byte of each value
-        bounds = np.empty(k + 1, dtype=np.int64)
-        bounds[:k] = np.concatenate(([0], term + 1))[header]
-        bounds[k] = code.shape[0]
-        blob = code.tobytes()
+        fl = np.zeros(e, np.uint64) if flags is None else np.asarray(flags)[indptr[0]:indptr[0] + e].astype(np.uint64)
+        blob, bounds = encode_rows(local, fl, other.astype(np.uint64), self.neuron_sizes[other].astype(np.uint64),
+                                   self._weight_codes(w))
+        blob = blob.tobytes()
         v0 = self.next_vertex
-        for i in range(k):
-            self._member(vertex_member(v0 + i), blob[bounds[i]:bounds[i + 1]])
+        self._zip.add_many([vertex_member(v0 + i) for i in range(k)],
+                           [blob[bounds[i]:bounds[i + 1]] for i in range(k)])
         self.next_vertex += k
         self.entries += e
 
@@ -181,7 +163,7 @@ class ArchiveWriter:
             TopologyError: fewer rows were written than there are vertices.
         """
         if self.next_vertex != self.num_vertices:
-            self._zip.close()
+            self._zip.abort()
             raise TopologyError(f"{self.path}: {self.next_vertex} of {self.num_vertices} vertices written")
         own = np.empty(2 * self.num_vertices, dtype=np.int64)
         own[0::2], own[1::2] = self.neuron_sizes, self.synapses
@@ -201,7 +183,7 @@ class ArchiveWriter:
         if exc_type is None:
             self.close()
         else:
-            self._zip.close()
+            self._zip.abort()
 
 
 def weight_encoding_for(weights: np.ndarray) -> str:
@@ -245,25 +227,34 @@ def write_archive(topo: Topology, path: str | Path, *, level: int = DEFAULT_LEVE
 
 # -- reading -----------------------------------------------------------------------------
 
-def _open(path: str | Path) -> zipfile.ZipFile:
+def _open(path: str | Path) -> ZipStoreReader:
     try:
-        return zipfile.ZipFile(path)
+        return ZipStoreReader(path, prefix="v/")
     except FileNotFoundError:
         raise TopologyError(f"topology archive '{path}' does not exist") from None
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise TopologyError(f"'{path}' is not a readable zip archive (truncated or corrupt?): {exc}") from None
+    except (ZipFormatError, OSError) as exc:
+        raise TopologyError(f"'{path}' is not a readable zip archive: {exc}") from None
 
 
-def _member_bytes(zf: zipfile.ZipFile, path: str | Path, name: str) -> bytes:
+def _member_bytes(zf: ZipStoreReader, path: str | Path, name: str) -> bytes:
     try:
         return zf.read(name)
     except KeyError:
         raise TopologyError(f"topology archive '{path}' has no member '{name}'") from None
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
-        raise TopologyError(f"topology archive '{path}': member '{name}' is corrupt: {exc}") from None
+    except (ZipFormatError, OSError) as exc:
+        raise TopologyError(f"topology archive '{path}': {exc}") from None
 
 
-def _manifest(zf: zipfile.ZipFile, path: str | Path) -> dict:
+def _vertex_files(zf: ZipStoreReader, path: str | Path, first: int, count: int) -> list[bytes]:
+    try:
+        return zf.read_ids(first, count)
+    except KeyError as exc:
+        raise TopologyError(f"topology archive '{path}' has no member '{exc.args[0]}'") from None
+    except (ZipFormatError, OSError) as exc:
+        raise TopologyError(f"topology archive '{path}': {exc}") from None
+
+
+def _manifest(zf: ZipStoreReader, path: str | Path) -> dict:
     raw = _member_bytes(zf, path, MANIFEST)
     try:
         m = json.loads(raw)
@@ -303,18 +294,37 @@ def _decode(path: str | Path, name: str, data: bytes | np.ndarray) -> np.ndarray
         raise TopologyError(f"topology archive '{path}': member '{name}': {exc}") from None
 
 
-def iter_archive(path: str | Path, *, chunk_bytes: int = _CHUNK_BYTES, progress: bool = False) -> Iterator[ArchiveChunk]:
-    """Yield the archive's vertices in id order as CSR chunks of about ``chunk_bytes``.
-
-    No Python object per edge; peak memory O(n) + about 40 x ``chunk_bytes``.
+class ArchiveReader:
+    """An open archive: its manifest, and its vertices streamed as CSR chunks.
 
     Raises:
-        TopologyError: naming the archive and member that is missing, truncated or corrupt.
+        TopologyError: (on opening) not a zip, or no valid manifest.
     """
-    from tqdm import tqdm
 
-    with _open(path) as zf:
-        m = _manifest(zf, path)
+    def __init__(self, path: str | Path):
+        self.path = path
+        self._zf = _open(path)
+        try:
+            self.manifest = _manifest(self._zf, path)
+        except BaseException:
+            self._zf.close()
+            raise
+
+    @property
+    def num_vertices(self) -> int:
+        return int(self.manifest["vertices"])
+
+    def chunks(self, *, chunk_bytes: int = _CHUNK_BYTES, progress: bool = False) -> Iterator[ArchiveChunk]:
+        """Vertices in id order as CSR chunks of about ``chunk_bytes`` of vertex files.
+
+        No Python object per edge; peak memory O(n) + about 6 x ``chunk_bytes``.
+
+        Raises:
+            TopologyError: naming the archive and member that is missing, truncated or corrupt.
+        """
+        from tqdm import tqdm
+
+        path, zf, m = self.path, self._zf, self.manifest
         n = m["vertices"]
         own = _decode(path, VERTICES, _member_bytes(zf, path, VERTICES))
         if own.shape[0] != 2 * n:
@@ -330,48 +340,42 @@ def iter_archive(path: str | Path, *, chunk_bytes: int = _CHUNK_BYTES, progress:
         encoding = m["weight_encoding"]
         v = 0
         with tqdm(total=n, unit="vertex", desc="read archive", disable=not progress, leave=False) as bar:
+            cum = zf.cumulative_sizes(n)
             while v < n:
-                datas: list[bytes] = []
-                total = 0
-                while v + len(datas) < n and (total < chunk_bytes or not datas):
-                    d = _member_bytes(zf, path, vertex_member(v + len(datas)))
-                    datas.append(d)
-                    total += len(d)
+                # as many vertices as fit in chunk_bytes (at least one)
+                end = int(np.searchsorted(cum, cum[v] + chunk_bytes, side="right")) - 1
+                end = min(max(end, v + 1), n)
+                datas = _vertex_files(zf, path, v, end - v)
                 yield _decode_chunk(path, v, datas, n, sizes, synapses, idx_dtype, wdtype, encoding)
                 bar.update(len(datas))
                 v += len(datas)
+
+    def close(self) -> None:
+        self._zf.close()
+
+    def __enter__(self) -> "ArchiveReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def iter_archive(path: str | Path, *, chunk_bytes: int = _CHUNK_BYTES, progress: bool = False) -> Iterator[ArchiveChunk]:
+    """Yield the archive's vertices in id order as CSR chunks (see :meth:`ArchiveReader.chunks`)."""
+    with ArchiveReader(path) as reader:
+        yield from reader.chunks(chunk_bytes=chunk_bytes, progress=progress)
 
 
 def _decode_chunk(path, first: int, datas: list[bytes], n: int, sizes: np.ndarray, synapses: np.ndarray,
                   idx_dtype: np.dtype, wdtype: np.dtype, encoding: str) -> ArchiveChunk:
     k = len(datas)
     lens = np.fromiter(map(len, datas), dtype=np.int64, count=k)
-    if np.any(lens == 0):
-        raise TopologyError(f"topology archive '{path}': member '{vertex_member(first + int(np.argmax(lens == 0)))}' is empty")
     buf = np.frombuffer(b"".join(datas), dtype=np.uint8)
     del datas
-    file_end = np.cumsum(lens)
-    cut = buf[file_end - 1] >= 0x80
-    if np.any(cut):
-        name = vertex_member(first + int(np.argmax(cut)))
-        raise TopologyError(f"topology archive '{path}': member '{name}': its last varint is cut off")
-    vals = _decode(path, f"{vertex_member(first)} .. {vertex_member(first + k - 1)}", buf)
-    value_end = np.searchsorted(np.flatnonzero(buf < 0x80), file_end - 1, side="right")
+    status, bad, indptr, flags, other, size, wcode = decode_rows(buf, np.cumsum(lens))
     del buf
-    value_start = np.concatenate(([0], value_end[:-1]))
-    counts = vals[value_start]
-    bad = (value_end - value_start) != 1 + 4 * counts.astype(np.int64)
-    if np.any(bad):
-        i = int(np.argmax(bad))
-        raise TopologyError(f"topology archive '{path}': member '{vertex_member(first + i)}' holds "
-                            f"{int(value_end[i] - value_start[i])} varints, but its edge count "
-                            f"{int(counts[i])} needs 1 + 4 x {int(counts[i])}")
-    keep = np.ones(vals.shape[0], dtype=bool)
-    keep[value_start] = False
-    fields = vals[keep].reshape(-1, 4)
-    del keep, vals
-    indptr = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(counts.astype(np.int64), out=indptr[1:])
+    if status:
+        raise TopologyError(f"topology archive '{path}': member '{vertex_member(first + bad)}' {STATUS_TEXT[status]}")
 
     def fail(entry_mask: np.ndarray, what: str) -> None:
         e = int(np.argmax(entry_mask))
@@ -379,7 +383,6 @@ def _decode_chunk(path, first: int, datas: list[bytes], n: int, sizes: np.ndarra
         raise TopologyError(f"topology archive '{path}': member '{vertex_member(first + row)}': "
                             f"edge {e - int(indptr[row])} {what}")
 
-    flags, other, size, wcode = fields[:, 0], fields[:, 1], fields[:, 2], fields[:, 3]
     if np.any(flags > FLAG_MATCHED):
         fail(flags > FLAG_MATCHED, "has a flag with reserved bits set")
     if np.any(other >= n):
@@ -408,7 +411,12 @@ def read_archive(path: str | Path, *, validate: bool = True, progress: bool = Fa
         TopologyError: a missing, truncated or corrupt member (named), counts that disagree
             with the manifest, or (with ``validate``) a non-canonical graph.
     """
-    m = read_manifest(path)
+    with ArchiveReader(path) as reader:
+        return _read_all(reader, validate, progress)
+
+
+def _read_all(reader: ArchiveReader, validate: bool, progress: bool) -> Topology:
+    path, m = reader.path, reader.manifest
     n, total = m["vertices"], m["entries"]
     indptr = np.zeros(n + 1, dtype=np.int64)
     indices = np.empty(total, dtype=index_dtype(n))
@@ -416,7 +424,7 @@ def read_archive(path: str | Path, *, validate: bool = True, progress: bool = Fa
     sizes = np.empty(n, dtype=np.int64)
     synapses = np.empty(n, dtype=np.int64)
     at = 0
-    for ch in iter_archive(path, progress=progress):
+    for ch in reader.chunks(progress=progress):
         e = int(ch.indptr[-1])
         if at + e > total:
             raise TopologyError(f"topology archive '{path}': more edge entries than the manifest's {total}")
