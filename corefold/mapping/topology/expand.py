@@ -17,8 +17,11 @@ input neuron to the output neuron whose receptive field holds it:
   constant, ``Softmax``, ...) are folded into their producer: same neurons, no synapses;
   an elementwise op of two activations (a residual ``Add``) keeps the first full-shape
   input's neurons and adds a synapse from each element of the other (broadcast) input;
-* ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Transpose``, ``Concat``, ``Pad``
-  rearrange neurons (padding elements are constants: no neuron, no synapse).
+* reductions (``ReduceMean``, ``ReduceMax``, ...): a neuron per output element, linked to
+  every input element it reduces;
+* ``Flatten``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Transpose``, ``Concat``, ``Pad``,
+  ``Slice``, ``Split`` rearrange or select neurons (padding elements are constants: no
+  neuron, no synapse; their constant operands must be constants).
 
 Kernel weights do not matter (a zero weight is still a synapse). The construction is
 vectorised: a NumPy array of neuron ids per tensor (-1 = no neuron), one pass per kernel
@@ -47,6 +50,8 @@ ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Mean"
 POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 RESHAPES = frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"})
+REDUCTIONS = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceL2", "ReduceL1",
+                        "ReduceLogSumExp", "ReduceProd", "ReduceSumSquare"})
 
 
 @dataclass
@@ -248,6 +253,17 @@ def _rearrange(node: Node, ids: dict[Value, np.ndarray]) -> None:
         parts = [ids[v] for v in node.inputs if v is not None]
         axis = int(node.attrs.get("axis", 0))
         ids[out_v] = np.concatenate(parts, axis=axis)
+    elif op == "Slice":
+        consts = [node.inputs[i] if i < len(node.inputs) else None for i in range(1, 5)]
+        if any(v is not None and not v.is_constant for v in consts):
+            raise UnsupportedOpError(f"node '{node.name}' (Slice): starts, ends, axes and steps must be constants")
+        starts, ends = (consts[i].const.reshape(-1).tolist() for i in (0, 1))
+        axes = consts[2].const.reshape(-1).tolist() if consts[2] is not None else list(range(len(starts)))
+        steps = consts[3].const.reshape(-1).tolist() if consts[3] is not None else [1] * len(starts)
+        sl = [slice(None)] * x.ndim
+        for a, b, e, st in zip(axes, starts, ends, steps, strict=True):
+            sl[int(a)] = slice(int(b), int(e), int(st))  # Python's clamping is ONNX's
+        ids[out_v] = x[tuple(sl)]
     elif op == "Pad":
         pads_v = node.inputs[1] if len(node.inputs) > 1 else None
         if pads_v is None or not pads_v.is_constant:
@@ -263,6 +279,41 @@ def _rearrange(node: Node, ids: dict[Value, np.ndarray]) -> None:
     if out_v.has_static_shape and ids[out_v].shape != _static(node, out_v):
         raise ShapeError(f"node '{node.name}' ({op}): neurons {ids[out_v].shape} disagree with "
                          f"the output shape {out_v.shape}")
+
+
+def _split(node: Node, ids: dict[Value, np.ndarray]) -> None:
+    x = ids[node.inputs[0]]
+    axis = int(node.attrs.get("axis", 0)) % x.ndim
+    outs = node.outputs
+    sizes_v = node.inputs[1] if len(node.inputs) > 1 else None
+    if sizes_v is not None:
+        if not sizes_v.is_constant:
+            raise UnsupportedOpError(f"node '{node.name}' (Split): split sizes must be a constant")
+        sizes = [int(v) for v in sizes_v.const.reshape(-1)]
+    else:
+        sizes = [_static(node, v)[axis] for v in outs]
+    cuts = np.cumsum(sizes)[:-1]
+    for v, part in zip(outs, np.split(x, cuts, axis=axis), strict=True):
+        ids[v] = part
+
+
+def _reduce(b: _Builder, node: Node, ids: dict[Value, np.ndarray]) -> None:
+    x = ids[node.inputs[0]]
+    axes_v = node.inputs[1] if len(node.inputs) > 1 else None
+    if axes_v is not None and not axes_v.is_constant:
+        raise UnsupportedOpError(f"node '{node.name}' ({node.op_type}): axes must be a constant")
+    axes = axes_v.const.reshape(-1).tolist() if axes_v is not None else node.attrs.get("axes")
+    if not axes:
+        axes = [] if int(node.attrs.get("noop_with_empty_axes", 0)) else list(range(x.ndim))
+    if not axes:
+        ids[node.outputs[0]] = x
+        return
+    axes = sorted(int(a) % x.ndim for a in axes)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    out = b.neurons(node.name, kept)
+    b.connect(x, out)  # broadcast: each input element to the output element it reduces into
+    out_v = node.outputs[0]
+    ids[out_v] = out.reshape(_static(node, out_v)) if out_v.has_static_shape else out
 
 
 def expand_graph(graph: Graph) -> NeuronExpansion:
@@ -291,11 +342,15 @@ def expand_graph(graph: Graph) -> NeuronExpansion:
             _elementwise(b, node, ids)
         elif op in FOLDED:
             ids[node.outputs[0]] = ids[node.inputs[0]]
-        elif op in RESHAPES or op in ("Transpose", "Concat", "Pad"):
+        elif op in RESHAPES or op in ("Transpose", "Concat", "Pad", "Slice"):
             _rearrange(node, ids)
+        elif op == "Split":
+            _split(node, ids)
+        elif op in REDUCTIONS:
+            _reduce(b, node, ids)
         else:
             raise UnsupportedOpError(f"node '{node.name}': operator {op} cannot be expanded into neurons "
-                                     "(supported: Conv, MatMul, Gemm, pooling, elementwise, reshapes)")
+                                     "(supported: Conv, MatMul, Gemm, pooling, reductions, elementwise, reshapes, Slice, Split)")
     idt = index_dtype(b.count)
     src = np.concatenate(b.src).astype(idt) if b.src else np.zeros(0, idt)
     dst = np.concatenate(b.dst).astype(idt) if b.dst else np.zeros(0, idt)

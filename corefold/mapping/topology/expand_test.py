@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from corefold.errors import ShapeError, UnsupportedOpError
@@ -158,3 +159,29 @@ output y
                             if 0 <= iy < 5 and 0 <= ix < 6:
                                 ref.append((ci * 30 + iy * 6 + ix, 60 + co * 9 + oy * 3 + ox))
     assert _pairs(e) == sorted(ref)
+
+
+def test_slice_split_and_reduce():
+    g = parse("""\
+graph r opset 21
+input x: float32[1, 4, 2, 2]
+const starts: int64[1] = [1]
+const ends: int64[1] = [9223372036854775807]
+const axes: int64[1] = [1]
+node sl = Slice(x, starts, ends, axes) -> (y: float32[1, 3, 2, 2])
+const sizes: int64[2] = [1, 2]
+node sp = Split(y, sizes) attrs {"axis": 1} -> (a: float32[1, 1, 2, 2], b: float32[1, 2, 2, 2])
+const raxes: int64[2] = [2, 3]
+node rm = ReduceMean(b, raxes) attrs {"keepdims": 1} -> (m: float32[1, 2, 1, 1])
+node mul = Mul(a, m) -> (o: float32[1, 2, 2, 2])
+output o
+""")
+    e = expand_graph(g)
+    # x: 0..15 (channel c = 4c..4c+3); slice keeps channels 1..3; a = channel 1, b = channels 2, 3;
+    # ReduceMean: neurons 16, 17 over channels 2 and 3; Mul broadcasts a (1 channel) against
+    # m (2 channels): the output (1, 2, 2, 2) matches neither, so 8 new neurons 18..25.
+    reduce = [(8 + k, 16) for k in range(4)] + [(12 + k, 17) for k in range(4)]
+    out = 18 + np.arange(8).reshape(2, 2, 2)
+    mul = [(4 + p // 2 * 2 + p % 2, int(out[c].reshape(-1)[p])) for c in range(2) for p in range(4)]
+    mul += [(16 + c, int(o)) for c in range(2) for o in out[c].reshape(-1)]
+    assert _pairs(e) == sorted(reduce + mul)
