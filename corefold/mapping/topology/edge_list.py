@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from corefold.mapping.topology.model import Topology, TopologyError, index_dtype
@@ -107,14 +108,52 @@ def read_edge_list(path: str | Path, *, validate: bool = True) -> Topology:
     return topo
 
 
+def format_int_rows(columns: list[np.ndarray]) -> bytes:
+    """Non-negative integer columns as text lines ``"a b c\\n"`` (Numba). O(rows x digits)."""
+    cols = np.ascontiguousarray(np.stack([np.asarray(c, dtype=np.uint64) for c in columns], axis=1))
+    return _format_rows(cols).tobytes()
+
+
+@numba.njit(cache=True)
+def _format_rows(cols):  # pragma: no cover - numba
+    rows, k = cols.shape
+    ten = np.uint64(10)
+    total = 0
+    for r in range(rows):
+        for c in range(k):
+            v = cols[r, c]
+            total += 1
+            while v >= ten:
+                v //= ten
+                total += 1
+        total += k
+    out = np.empty(total, np.uint8)
+    pos = 0
+    for r in range(rows):
+        for c in range(k):
+            v = cols[r, c]
+            nd = 1
+            t = v
+            while t >= ten:
+                t //= ten
+                nd += 1
+            for j in range(nd - 1, -1, -1):
+                out[pos + j] = np.uint8(v % ten) + np.uint8(48)
+                v //= ten
+            pos += nd
+            out[pos] = 10 if c == k - 1 else 32
+            pos += 1
+    return out
+
+
 def write_edge_list(topo: Topology, path: str | Path, *, chunk: int = 1 << 20) -> None:
     """Write each undirected edge once (``u < v``), with a ``# vertices: N`` header. O(m)."""
     n = topo.num_vertices
     integral = topo.weights.dtype.kind in "iu"
-    fmt = "%d %d %d" if integral else "%d %d %.9g"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("# corefold edge list: src dst weight (one line per undirected edge)\n")
-        f.write(f"# vertices: {n}\n")
+    fmt = "%d %d %.9g"
+    with open(path, "wb") as f:
+        f.write(b"# corefold edge list: src dst weight (one line per undirected edge)\n")
+        f.write(f"# vertices: {n}\n".encode())
         for v0 in range(0, n, max(1, chunk // 8)):
             v1 = min(n, v0 + max(1, chunk // 8))
             a, b = int(topo.indptr[v0]), int(topo.indptr[v1])
@@ -123,4 +162,7 @@ def write_edge_list(topo: Topology, path: str | Path, *, chunk: int = 1 << 20) -
             keep = src < dst
             if keep.any():
                 cols = (src[keep], dst[keep].astype(np.int64), topo.weights[a:b][keep])
-                np.savetxt(f, np.column_stack(cols) if integral else np.rec.fromarrays(cols), fmt=fmt)
+                if integral:
+                    f.write(format_int_rows(list(cols)))
+                else:
+                    np.savetxt(f, np.rec.fromarrays(cols), fmt=fmt)

@@ -94,3 +94,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "line 2" in err
     assert main(["topology", "convert", str(tmp_path / "bad.txt"), str(tmp_path / "o.zip")]) == 2
     assert not (tmp_path / "o.zip").exists()
+
+
+def test_vectorised_integer_formatting_matches_python():
+    from corefold.mapping.topology.edge_list import format_int_rows
+
+    rng = np.random.default_rng(0)
+    cols = [rng.integers(0, 10**k, 500) for k in (1, 6, 18)]
+    cols[0][:3] = [0, 9, 10]
+    expected = "".join(f"{a} {b} {c}\n" for a, b, c in zip(*cols, strict=True))
+    assert format_int_rows(cols).decode() == expected
