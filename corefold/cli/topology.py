@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("model", help="ONNX model")
     e.add_argument("-o", "--output", required=True)
     add_shape_argument(e)
+    e.add_argument("--level", type=int, default=None, help="deflate level for .zip (default 1)")
 
     c = sub.add_parser("convert", help="convert between .zip archive, .npz and edge list")
     c.add_argument("input")
