@@ -62,19 +62,20 @@ def _info(path: str) -> None:
 
     if topology_format(path) == "archive":
         # NOTE: archives stream: statistics without holding the edges in memory.
-        from corefold.mapping.topology.archive import iter_archive, read_manifest
+        from corefold.mapping.topology.archive import ArchiveReader
 
-        m = read_manifest(path)
-        n = m["vertices"]
-        degree = np.zeros(n, np.int64)
-        sizes = np.zeros(n, np.int64)
-        synapses = np.zeros(n, np.int64)
-        total = 0.0
-        for ch in iter_archive(path, progress=True):
-            sl = slice(ch.first, ch.first + ch.num_vertices)
-            degree[sl] = np.diff(ch.indptr)
-            sizes[sl], synapses[sl] = ch.neuron_sizes, ch.synapses
-            total += float(ch.weights.sum(dtype=np.float64))
+        with ArchiveReader(path) as reader:
+            m = reader.manifest
+            n = m["vertices"]
+            degree = np.zeros(n, np.int64)
+            sizes = np.zeros(n, np.int64)
+            synapses = np.zeros(n, np.int64)
+            total = 0.0
+            for ch in reader.chunks(progress=True):
+                sl = slice(ch.first, ch.first + ch.num_vertices)
+                degree[sl] = np.diff(ch.indptr)
+                sizes[sl], synapses[sl] = ch.neuron_sizes, ch.synapses
+                total += float(ch.weights.sum(dtype=np.float64))
         print(f"format          archive v{m['version']} ({m['weight_encoding']} weights, {m['weights_dtype']})")
         entries = m["entries"]
     else:

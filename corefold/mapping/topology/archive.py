@@ -131,7 +131,13 @@ class ArchiveWriter:
 
     def write_rows(self, indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray,
                    flags: np.ndarray | None = None) -> None:
-        """Write the next ``len(indptr) - 1`` vertices. ``indptr`` is local (starts at 0).
+        """Write the next ``len(indptr) - 1`` vertices.
+
+        Args:
+            indptr: int[k + 1], the rows' offsets into ``indices``, ``weights`` and ``flags``
+                (a slice of a global CSR ``indptr`` works as is; it need not start at 0).
+            indices, weights: the neighbours and weights (rows sorted, as in :class:`Topology`).
+            flags: optional uint8 per entry (:data:`FLAG_MATCHED`); default 0.
 
         Raises:
             TopologyError: more rows than vertices, an id out of range, a negative weight.

@@ -104,3 +104,23 @@ def test_vectorised_integer_formatting_matches_python():
     cols[0][:3] = [0, 9, 10]
     expected = "".join(f"{a} {b} {c}\n" for a, b, c in zip(*cols, strict=True))
     assert format_int_rows(cols).decode() == expected
+
+
+def test_cli_names_a_truncated_archive_in_one_line(tmp_path, capsys):
+    t = random_topology(50, 300, 2)
+    save_topology(t, tmp_path / "ok.zip")
+    data = (tmp_path / "ok.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) * 2 // 3])
+    capsys.readouterr()
+    assert main(["topology", "info", str(tmp_path / "cut.zip")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cut.zip" in err and "Traceback" not in err
+
+
+def test_failed_save_leaves_no_file(tmp_path):
+    t = random_topology(20, 60, 1)
+    t.weights = t.weights.astype(np.float32)
+    t.weights[0] = np.nan
+    with pytest.raises(TopologyError, match="finite"):
+        save_topology(t, tmp_path / "x.zip")
+    assert list(tmp_path.iterdir()) == []
