@@ -1,0 +1,188 @@
+"""Import: dynamic dimensions and their binding, folding, errors naming the culprit."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from corefold.errors import ModelError, ShapeError, UnsupportedOpError
+from corefold.executor.kernels.shape import is_fill
+from corefold.frontend.onnx import from_onnx, load_model, save_model, to_onnx
+from corefold.frontend.onnx.check import ort_run, roundtrip
+from corefold.ir import verify
+
+N = helper.make_node
+LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*.onnx")))
+
+
+def dynamic_model(opset: int = 13) -> onnx.ModelProto:
+    """x: N x 3 x H x W -> Conv -> Reshape to (N, -1) via Shape/Gather/Unsqueeze/Concat ->
+    Gemm; a second output slices x with ends computed from its shape."""
+    rng = np.random.default_rng(3)
+    inits = {
+        "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        "zero": np.array(0, np.int64), "minus1": np.array([-1], np.int64),
+        "two": np.array([2], np.int64), "three": np.array([3], np.int64), "ax": np.array([0], np.int64),
+    }
+    nodes = [
+        N("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        N("Shape", ["c"], ["s"]),
+        N("Gather", ["s", "zero"], ["n"]),
+        N("Unsqueeze", ["n", "ax"], ["n1"]),
+        N("Concat", ["n1", "minus1"], ["target"], axis=0),
+        N("Reshape", ["c", "target"], ["flat"]),
+        N("ReduceMean", ["flat"], ["y"], axes=[1], keepdims=1),
+        N("Shape", ["x"], ["sx"]),
+        N("Slice", ["sx", "two", "three"], ["h"]),
+        N("Cast", ["h"], ["hf"], to=TensorProto.FLOAT),
+        N("Slice", ["x", "ax", "h", "two"], ["z"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "z", "hf")]
+    g = helper.make_graph(nodes, "dyn", [x], outs,
+                          initializer=[numpy_helper.from_array(a, k) for k, a in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 8, 10), (2, 3, 5, 7)])
+def test_dynamic_model_bound_matches_onnxruntime(shape):
+    model = dynamic_model()
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    graph, exported, want, got = roundtrip(model, {"x": x}, {"x": shape})
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    # shape arithmetic folded: no Shape/Gather/Concat/Cast left, Reshape target constant
+    assert [n.op_type for n in graph.nodes] == ["Conv", "Reshape", "ReduceMean", "Slice"]
+    assert graph.value("target").const.tolist() == [shape[0], -1]
+    assert graph.value("hf").const.tolist() == [float(shape[2])]
+    assert graph.inputs[0].shape == shape
+    assert graph.value("flat").shape == (shape[0], 4 * shape[2] * shape[3])
+
+
+def test_unbound_dimension_names_input_and_dim():
+    with pytest.raises(ShapeError, match=r"'x' dimension 0 \('N'\)"):
+        from_onnx(dynamic_model())
+    with pytest.raises(ShapeError, match=r"'x' dimension 2 \('H'\)"):
+        from_onnx(_with_dim(dynamic_model(), 0, 1))
+
+
+def _with_dim(model, i, value):
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    model.graph.input[0].type.tensor_type.shape.dim[i].dim_value = value
+    return model
+
+
+def test_bad_bindings():
+    with pytest.raises(ShapeError, match="no input 'y'"):
+        from_onnx(dynamic_model(), {"x": (1, 3, 4, 4), "y": (1,)})
+    with pytest.raises(ShapeError, match="dimension 1 is fixed at 3"):
+        from_onnx(dynamic_model(), {"x": (1, 4, 4, 4)})
+    with pytest.raises(ShapeError, match="rank 4"):
+        from_onnx(dynamic_model(), {"x": (1, 3, 4)})
+
+
+def test_non_constant_reshape_target_is_a_shape_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    t = helper.make_tensor_value_info("t", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([N("Reshape", ["x", "t"], ["y"], name="rs")], "g", [x, t], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ShapeError, match="'y', output of node 'rs' \\(Reshape\\).*input 't'"):
+        from_onnx(model)
+
+
+def test_unsupported_op_names_node_and_op():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([N("Relu", ["x"], ["r"], name="ok"), N("Einsum", ["r"], ["y"], name="weird", equation="ij->ji")],
+                          "g", [x], [y])
+    with pytest.raises(UnsupportedOpError, match="node 'weird': operator Einsum"):
+        from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    g = helper.make_graph([N("FusedConv", ["x"], ["y"], name="fc", domain="com.microsoft")], "g", [x], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOpError, match="node 'fc'.*com.microsoft::FusedConv"):
+        from_onnx(model)
+
+
+def test_unsupported_opset():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    g = helper.make_graph([N("Relu", ["x"], ["y"])], "g", [x], [x])
+    with pytest.raises(ModelError, match="opset 5"):
+        from_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 5)]))
+
+
+def test_bad_files_name_the_file(tmp_path):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(np.random.default_rng(0).bytes(3000))
+    text = tmp_path / "text.onnx"
+    text.write_text("graph tiny opset 21\n")
+    data = open(LIGHT[0], "rb").read()
+    files = [empty, junk, text, tmp_path / "missing.onnx"]
+    for frac in (0.05, 0.5, 0.95):
+        t = tmp_path / f"trunc{frac}.onnx"
+        t.write_bytes(data[: int(len(data) * frac)])
+        files.append(t)
+    for f in files:
+        with pytest.raises(ModelError) as info:
+            load_model(f)
+        assert str(f) in str(info.value), str(info.value)
+
+
+def test_load_model_errors_name_the_file(tmp_path):
+    path = tmp_path / "dyn.onnx"
+    onnx.save(dynamic_model(), str(path))
+    with pytest.raises(ShapeError, match=f"'{path}'.*'x' dimension 0"):
+        load_model(path)
+    graph = load_model(path, {"x": (1, 3, 4, 4)})
+    assert graph.inputs[0].shape == (1, 3, 4, 4)
+
+
+def test_initializer_inputs_are_constants_and_fills_stay_small():
+    graph = load_model(LIGHT[[os.path.basename(p) for p in LIGHT].index("light_vgg19.onnx")])
+    verify(graph)
+    assert [v.name for v in graph.inputs] == ["data_0"]
+    weights = [v for v in graph.constants.values() if v.size > 1000]
+    assert weights and all(is_fill(v.const) for v in weights)
+    assert sum(v.const.base.nbytes if v.const.base is not None else v.const.nbytes for v in weights) < 4096
+    assert not any(n.op_type == "ConstantOfShape" for n in graph.nodes)
+
+
+def test_save_and_reload_keeps_names_meta_and_order(tmp_path):
+    model = dynamic_model()
+    graph = from_onnx(model, {"x": (1, 3, 6, 6)})
+    graph.nodes[0].meta["core"] = [0, 1]
+    path = tmp_path / "out.onnx"
+    # a valid topological order differing from file order: the two independent branches swapped
+    graph.reorder([graph.nodes[3], graph.nodes[0], graph.nodes[1], graph.nodes[2]])
+    save_model(graph, path)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.onnx"]  # no temp file left behind
+    back = load_model(path)
+    assert [n.name for n in back.nodes] == [n.name for n in graph.nodes]
+    assert back.node(graph.nodes[1].name).meta == {"core": [0, 1]}
+    assert [v.name for v in back.inputs] == ["x"] and [v.name for v in back.outputs] == ["y", "z", "hf"]
+    x = np.random.default_rng(1).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    want, got = ort_run(model, {"x": x}), ort_run(str(path), {"x": x})
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_constant_output_and_input_passthrough_export():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    outs = [helper.make_tensor_value_info(n, TensorProto.INT64, None) for n in ("s",)]
+    outs.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    g = helper.make_graph([N("Shape", ["x"], ["s"])], "g", [x], outs)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    graph = from_onnx(model)
+    assert graph.outputs[0].is_constant and len(graph) == 0
+    exported = to_onnx(graph)
+    onnx.checker.check_model(exported, full_check=True)
+    xv = np.ones((2, 3), np.float32)
+    got = ort_run(exported, {"x": xv})
+    assert got["s"].tolist() == [2, 3] and np.array_equal(got["x"], xv)
