@@ -3,6 +3,8 @@ import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corefold.mapping.topology.archive import (
     FLAG_MATCHED,
@@ -149,3 +151,12 @@ def test_not_an_archive(tmp_path):
     (tmp_path / "x.zip").write_text("hello")
     with pytest.raises(TopologyError, match="not a readable zip"):
         read_archive(tmp_path / "x.zip")
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 12), m=st.integers(0, 40), seed=st.integers(0, 2**16), big=st.booleans())
+def test_round_trip_property(tmp_path_factory, n, m, seed, big):
+    t = random_topology(n, m if n else 0, seed, max_weight=2**56 if big else 3, max_neuron_size=2**50 if big else 1)
+    path = tmp_path_factory.mktemp("p") / "t.zip"
+    write_archive(t, path)
+    _assert_same(t, read_archive(path))

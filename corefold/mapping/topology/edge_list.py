@@ -15,6 +15,7 @@ each vertex, not the original fan-in (use the archive or ``.npz`` to keep them).
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numba
@@ -78,7 +79,9 @@ def read_edge_list(path: str | Path, *, validate: bool = True) -> Topology:
     if not path.exists():
         raise TopologyError(f"edge list '{path}' does not exist")
     try:
-        data = np.loadtxt(path, comments="#", ndmin=2, dtype=np.float64)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*input contained no data")
+            data = np.loadtxt(path, comments="#", ndmin=2, dtype=np.float64)
     except ValueError:
         raise TopologyError(f"edge list '{path}': {_find_bad_line(path)}") from None
     except UnicodeDecodeError:

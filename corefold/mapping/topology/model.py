@@ -127,6 +127,8 @@ class Topology:
         s = (a + a.T).tocsr()
         s.sum_duplicates()
         s.sort_indices()
+        if wdtype is np.int64 and s.data.size and s.data.min() < 0:
+            raise TopologyError("summed edge weights overflow int64")
         w = s.data if wdtype is np.int64 else s.data.astype(np.float32)
         sizes = np.ones(n, np.int64) if neuron_sizes is None else np.asarray(neuron_sizes, dtype=np.int64)
         return cls(s.indptr.astype(np.int64), s.indices.astype(index_dtype(n)), w, sizes, synapses)
