@@ -323,7 +323,7 @@ class ArchiveReader:
     def chunks(self, *, chunk_bytes: int = _CHUNK_BYTES, progress: bool = False) -> Iterator[ArchiveChunk]:
         """Vertices in id order as CSR chunks of about ``chunk_bytes`` of vertex files.
 
-        No Python object per edge; peak memory O(n) + about 6 x ``chunk_bytes``.
+        No Python object per edge; peak memory O(n) + about 12 x ``chunk_bytes``.
 
         Raises:
             TopologyError: naming the archive and member that is missing, truncated or corrupt.

@@ -160,3 +160,19 @@ def test_round_trip_property(tmp_path_factory, n, m, seed, big):
     path = tmp_path_factory.mktemp("p") / "t.zip"
     write_archive(t, path)
     _assert_same(t, read_archive(path))
+
+
+def test_streaming_writer_in_several_calls(tmp_path):
+    from corefold.mapping.topology.archive import ArchiveWriter
+
+    t = random_topology(60, 400, 9, max_weight=5)
+    with ArchiveWriter(tmp_path / "w.zip", t.neuron_sizes, t.synapses) as w:
+        for a, b in [(0, 1), (1, 25), (25, 25), (25, 60)]:  # global indptr slices, one empty
+            w.write_rows(t.indptr[a:b + 1], t.indices, t.weights)
+    _assert_same(t, read_archive(tmp_path / "w.zip"))
+    with pytest.raises(TopologyError, match="30 of 60 vertices written"):
+        with ArchiveWriter(tmp_path / "short.zip", t.neuron_sizes, t.synapses) as w:
+            w.write_rows(t.indptr[:31], t.indices, t.weights)
+    with pytest.raises(TopologyError, match="more rows than"):
+        with ArchiveWriter(tmp_path / "long.zip", t.neuron_sizes[:10], t.synapses[:10]) as w:
+            w.write_rows(t.indptr[:12], t.indices, t.weights)
