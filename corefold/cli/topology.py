@@ -2,7 +2,7 @@
 
 Subcommands::
 
-    corefold topology generate {cifar-cnn,lenet,vgg-small,mobilenet-tiny,small-world,random} -o OUT
+    corefold topology generate {cifar-cnn,lenet,vgg-small,vgg11,mobilenet-tiny,small-world,random} -o OUT
     corefold topology expand MODEL.onnx -o OUT [--shape NAME=DIMS]
     corefold topology convert IN OUT
     corefold topology info FILE
@@ -17,7 +17,7 @@ import argparse
 
 from corefold.cli.common import add_shape_argument, shape_bindings
 
-NETWORKS = ("cifar-cnn", "lenet", "vgg-small", "mobilenet-tiny")
+NETWORKS = ("cifar-cnn", "lenet", "vgg-small", "vgg11", "mobilenet-tiny")
 GENERATORS = NETWORKS + ("small-world", "random")
 
 

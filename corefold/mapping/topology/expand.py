@@ -74,8 +74,8 @@ class NeuronExpansion:
         return int(self.src.shape[0])
 
     def topology(self) -> Topology:
-        """The symmetrised topology (weight 1 per synapse, synapses = fan-in)."""
-        return Topology.from_edges(self.src, self.dst, None, self.num_neurons)
+        """The symmetrised topology (weight 1 per synapse, synapses = fan-in; int32 weights)."""
+        return Topology.from_edges(self.src, self.dst, None, self.num_neurons, weights_dtype=np.int32)
 
 
 class _Builder:
@@ -95,8 +95,9 @@ class _Builder:
     def connect(self, src: np.ndarray, dst: np.ndarray) -> None:
         src, dst = np.broadcast_arrays(src, dst)
         keep = (src >= 0) & (dst >= 0)
-        self.src.append(src[keep])
-        self.dst.append(dst[keep])
+        idt = index_dtype(self.count)  # ids so far fit; a later int64 layer promotes on concatenation
+        self.src.append(src[keep].astype(idt))
+        self.dst.append(dst[keep].astype(idt))
 
 
 def _static(node: Node, v: Value) -> tuple[int, ...]:

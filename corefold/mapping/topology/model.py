@@ -85,53 +85,62 @@ class Topology:
 
     @classmethod
     def from_edges(cls, src: np.ndarray, dst: np.ndarray, weights: np.ndarray | None = None,
-                   num_vertices: int | None = None, neuron_sizes: np.ndarray | None = None) -> "Topology":
+                   num_vertices: int | None = None, neuron_sizes: np.ndarray | None = None,
+                   weights_dtype: str | np.dtype | None = None) -> "Topology":
         """Build the canonical symmetric topology of a directed synapse list.
 
         ``weight(u, v) = sum of weights over u -> v and v -> u``; ``synapses[v]`` = number of
         synapses ending at v (self synapses included); self loops are dropped from the
-        adjacency. Integer weights stay int64, float weights become float32. O(m log m) via
-        SciPy's sparse conversion; memory O(m).
+        adjacency. A Numba kernel scatters both directions into CSR, sorts each row and
+        merges duplicates in place: O(m log d) time, memory the inputs plus the result.
 
         Args:
             src, dst: integer arrays of the same length, ids in ``[0, num_vertices)``.
             weights: per-synapse traffic (default 1 each), >= 0.
             num_vertices: defaults to ``max id + 1``.
             neuron_sizes: default all 1.
+            weights_dtype: of the result; default int64 for integer weights, float32
+                otherwise (sums are accumulated in this dtype).
 
         Raises:
-            TopologyError: lengths differ, an id is out of range or a weight is negative.
+            TopologyError: lengths differ, an id is out of range, a weight is negative, or
+                summed weights overflow the dtype.
         """
-        import scipy.sparse as sp
-
         src = np.asarray(src)
         dst = np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
             raise TopologyError(f"edge arrays src {src.shape} and dst {dst.shape} differ in shape")
+        if src.size and (src.dtype.kind not in "iu" or dst.dtype.kind not in "iu"):
+            raise TopologyError("edge ids must be integers")
         n = int(num_vertices if num_vertices is not None else (max(src.max(), dst.max()) + 1 if src.size else 0))
         if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
             raise TopologyError(f"edge list has a vertex id outside [0, {n})")
         if weights is None:
-            weights = np.ones(src.shape[0], dtype=np.int64)
-        weights = np.asarray(weights)
-        if weights.shape != src.shape:
-            raise TopologyError(f"weights {weights.shape} do not match edges {src.shape}")
-        if weights.size and not (np.all(np.isfinite(weights)) and weights.min() >= 0):
-            raise TopologyError("edge weights must be finite and >= 0")
-        wdtype = np.int64 if weights.dtype.kind in "iub" else np.float64
+            weights = np.ones(1, dtype=np.int64)  # broadcast by the kernel
+            wdtype = np.dtype(weights_dtype or np.int64)
+        else:
+            weights = np.asarray(weights)
+            if weights.shape != src.shape:
+                raise TopologyError(f"weights {weights.shape} do not match edges {src.shape}")
+            if weights.size and not (np.all(np.isfinite(weights)) and weights.min() >= 0):
+                raise TopologyError("edge weights must be finite and >= 0")
+            wdtype = np.dtype(weights_dtype or (np.int64 if weights.dtype.kind in "iub" else np.float32))
         synapses = np.bincount(dst, minlength=n).astype(np.int64) if n else np.zeros(0, np.int64)
-        keep = src != dst
-        if not keep.all():
-            src, dst, weights = src[keep], dst[keep], weights[keep]
-        a = sp.coo_array((weights.astype(wdtype), (src, dst)), shape=(n, n)).tocsr()
-        s = (a + a.T).tocsr()
-        s.sum_duplicates()
-        s.sort_indices()
-        if wdtype is np.int64 and s.data.size and s.data.min() < 0:
-            raise TopologyError("summed edge weights overflow int64")
-        w = s.data if wdtype is np.int64 else s.data.astype(np.float32)
+        idt = index_dtype(n)
+        if src.size:
+            src, dst = src.astype(idt, copy=False), dst.astype(idt, copy=False)
+        entries = 2 * int(np.count_nonzero(src != dst)) if src.size else 0
+        indices = np.empty(entries, dtype=idt)
+        w = np.empty(entries, dtype=wdtype)
+        indptr, used = _symmetric_csr(n, src, dst, weights.astype(wdtype, copy=False), indices, w)
+        if used < entries:  # duplicates merged: release the tail when it is worth it
+            indices, w = indices[:used], w[:used]
+            if used < 0.9 * entries:
+                indices, w = indices.copy(), w.copy()
+        if wdtype.kind in "iu" and w.size and w.min() < 0:
+            raise TopologyError(f"summed edge weights overflow {wdtype.name}")
         sizes = np.ones(n, np.int64) if neuron_sizes is None else np.asarray(neuron_sizes, dtype=np.int64)
-        return cls(s.indptr.astype(np.int64), s.indices.astype(index_dtype(n)), w, sizes, synapses)
+        return cls(indptr, indices, w, sizes, synapses)
 
     def validate(self, name: str = "topology", check_symmetry: bool = True) -> None:
         """Check the canonical form (see the module docstring). O(m log d) time, O(1) extra memory.
@@ -167,6 +176,50 @@ class Topology:
             bad = _first_asymmetric_row(ip, ix, w)
             if bad >= 0:
                 raise TopologyError(f"{name}: vertex {bad} has an edge without an equal-weight reverse edge")
+
+
+@numba.njit(cache=True)
+def _symmetric_csr(n, src, dst, w, indices, weights):  # pragma: no cover - numba
+    """Both directions of every non-self synapse into CSR rows, sorted, duplicates summed.
+
+    ``w`` has one weight per synapse or a single one for all. Returns (indptr, entries used).
+    """
+    one = w.shape[0] == 1
+    deg = np.zeros(n + 1, np.int64)
+    for e in range(src.shape[0]):
+        u, v = src[e], dst[e]
+        if u != v:
+            deg[u + 1] += 1
+            deg[v + 1] += 1
+    indptr = np.cumsum(deg)
+    cursor = indptr[:-1].copy()
+    for e in range(src.shape[0]):
+        u, v = src[e], dst[e]
+        if u != v:
+            x = w[0] if one else w[e]
+            indices[cursor[u]] = v
+            weights[cursor[u]] = x
+            cursor[u] += 1
+            indices[cursor[v]] = u
+            weights[cursor[v]] = x
+            cursor[v] += 1
+    out = 0
+    start = 0
+    for r in range(n):
+        end = indptr[r + 1]
+        order = np.argsort(indices[start:end])
+        row_i = indices[start:end][order]
+        row_w = weights[start:end][order]
+        for i in range(row_i.shape[0]):
+            if i > 0 and row_i[i] == row_i[i - 1]:
+                weights[out - 1] += row_w[i]
+            else:
+                indices[out] = row_i[i]
+                weights[out] = row_w[i]
+                out += 1
+        start = end
+        indptr[r + 1] = out
+    return indptr, out
 
 
 @numba.njit(cache=True)
