@@ -6,10 +6,12 @@ per edge four varints: flag, the other vertex's id, the other vertex's neuron si
 counts, the format version and how weights are encoded. The byte layout is specified in
 docs/topology-archive.md so that other programs can read and write it.
 
-Reading and writing stream: rows go through in chunks of bounded size, varints are encoded
-and decoded with vectorised NumPy (:mod:`~corefold.mapping.topology.varint`); the only
-per-vertex Python work is the zip member itself. Memory is O(n) for the per-vertex arrays
-plus O(chunk) for the edges in flight.
+Reading and writing stream: rows go through in chunks of bounded size; vertex files are
+coded by fused Numba kernels (:mod:`~corefold.mapping.topology.records`; the NumPy
+reference for the integers is :mod:`~corefold.mapping.topology.varint`) and the zip is
+written and read in bulk (:mod:`~corefold.mapping.topology.zipstore`); the only
+per-vertex Python work is one ``zlib`` call and one header. Memory is O(n) for the
+per-vertex arrays plus O(chunk) for the edges in flight.
 """
 
 from __future__ import annotations
