@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from corefold.errors import ModelError, ShapeError, UnsupportedOpError
+from corefold.executor import run
 from corefold.executor.kernels.shape import is_fill
 from corefold.frontend.onnx import from_onnx, load_model, save_model, to_onnx
 from corefold.frontend.onnx.check import ort_run, roundtrip
@@ -54,8 +55,10 @@ def test_dynamic_model_bound_matches_onnxruntime(shape):
     model = dynamic_model()
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     graph, exported, want, got = roundtrip(model, {"x": x}, {"x": shape})
+    ours = run(graph, {"x": x})
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ours[k], want[k], rtol=1e-4, atol=1e-5)
     # shape arithmetic folded: no Shape/Gather/Concat/Cast left, Reshape target constant
     assert [n.op_type for n in graph.nodes] == ["Conv", "Reshape", "ReduceMean", "Slice"]
     assert graph.value("target").const.tolist() == [shape[0], -1]
@@ -186,3 +189,39 @@ def test_constant_output_and_input_passthrough_export():
     xv = np.ones((2, 3), np.float32)
     got = ort_run(exported, {"x": xv})
     assert got["s"].tolist() == [2, 3] and np.array_equal(got["x"], xv)
+
+
+def arithmetic_model() -> onnx.ModelProto:
+    """x: N x C x H x W -> Reshape to (N, C*H, W/2, 2) with the target computed by
+    Shape/Gather/Mul/Div/Concat (integer shape arithmetic through the compute kernels)."""
+    ints = {f"i{k}": np.array(k, np.int64) for k in range(4)}
+    ints["two"] = np.array(2, np.int64)
+    ints["ax"] = np.array([0], np.int64)
+    nodes = [N("Shape", ["x"], ["s"])]
+    for k in range(4):
+        nodes.append(N("Gather", ["s", f"i{k}"], [f"d{k}"]))
+    nodes += [
+        N("Mul", ["d1", "d2"], ["ch"]),
+        N("Div", ["d3", "two"], ["half"]),
+        *[N("Unsqueeze", [v, "ax"], [f"{v}_u"]) for v in ("d0", "ch", "half", "two")],
+        N("Concat", ["d0_u", "ch_u", "half_u", "two_u"], ["target"], axis=0),
+        N("Relu", ["x"], ["r"]),
+        N("Reshape", ["r", "target"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "C", "H", "W"])
+    g = helper.make_graph(nodes, "arith", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(a, k) for k, a in ints.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 4, 6), (2, 5, 3, 8)])
+def test_shape_arithmetic_folds_through_compute_kernels_and_runs(shape):
+    model = arithmetic_model()
+    graph = from_onnx(model, {"x": shape})
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Reshape"]
+    n, c, h, w = shape
+    assert graph.value("target").const.tolist() == [n, c * h, w // 2, 2]
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    want = ort_run(model, {"x": x})["y"]
+    got = run(graph, {"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
