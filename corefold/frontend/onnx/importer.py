@@ -306,7 +306,7 @@ class Importer:
                     if not isinstance(d, int):
                         label = f"'{d}'" if d else "unnamed"
                         raise ShapeError(f"graph input '{vi.name}' dimension {i} ({label}) is dynamic; bind it with "
-                                         f"--shape {vi.name}=" + ",".join(str(x) if isinstance(x, int) else "N" for x in dims))
+                                         f"--shape {vi.name}=" + ",".join(str(x) if isinstance(x, int) else (x or "?") for x in dims))
                 shape = tuple(int(d) for d in dims)
             v = self.graph.add_input(self._claim_onnx(vi.name), shape, dtype)
             self.env[vi.name] = v
