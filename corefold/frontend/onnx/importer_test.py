@@ -225,3 +225,52 @@ def test_shape_arithmetic_folds_through_compute_kernels_and_runs(shape):
     want = ort_run(model, {"x": x})["y"]
     got = run(graph, {"x": x})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+def tiny_transformer() -> onnx.ModelProto:
+    """int64 ids: B x S -> embeddings + positions (Range over the folded sequence length),
+    LayerNormalization, one attention head with a padding mask (Equal/Where), Erf GELU,
+    and a Reshape whose target comes from Shape arithmetic. Opset 17, B and S dynamic."""
+    rng = np.random.default_rng(5)
+    d, vocab = 8, 11
+    w = {k: (rng.standard_normal(s) * 0.5).astype(np.float32) for k, s in
+         {"emb": (vocab, d), "pos": (16, d), "wq": (d, d), "wk": (d, d), "wv": (d, d), "g": (d,), "b": (d,)}.items()}
+    w.update({"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "neg": np.float32(-1e9),
+              "scale": np.float32(np.sqrt(d)), "half": np.float32(0.5), "onef": np.float32(1.0),
+              "sqrt2": np.float32(np.sqrt(2)), "ax1": np.array([1], np.int64), "ax0": np.array([0], np.int64),
+              "m1": np.array([-1], np.int64), "pad": np.array(0, np.int64)})
+    nodes = [
+        N("Gather", ["emb", "ids"], ["e"]),
+        N("Shape", ["ids"], ["s"]), N("Gather", ["s", "one"], ["seq"]),
+        N("Range", ["zero", "seq", "one"], ["positions"]), N("Gather", ["pos", "positions"], ["p"]),
+        N("Add", ["e", "p"], ["x0"]),
+        N("LayerNormalization", ["x0", "g", "b"], ["x"], axis=-1, epsilon=1e-5),
+        N("MatMul", ["x", "wq"], ["q"]), N("MatMul", ["x", "wk"], ["k"]), N("MatMul", ["x", "wv"], ["v"]),
+        N("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), N("MatMul", ["q", "kt"], ["qk"]), N("Div", ["qk", "scale"], ["sc"]),
+        N("Equal", ["ids", "pad"], ["is_pad"]), N("Unsqueeze", ["is_pad", "ax1"], ["mask"]),
+        N("Where", ["mask", "neg", "sc"], ["masked"]), N("Softmax", ["masked"], ["attn"], axis=-1),
+        N("MatMul", ["attn", "v"], ["ctx"]),
+        N("Div", ["ctx", "sqrt2"], ["t0"]), N("Erf", ["t0"], ["t1"]), N("Add", ["t1", "onef"], ["t2"]),
+        N("Mul", ["ctx", "t2"], ["t3"]), N("Mul", ["t3", "half"], ["gelu"]),
+        N("Shape", ["gelu"], ["gs"]), N("Gather", ["gs", "ax0"], ["batch"]),
+        N("Concat", ["batch", "m1"], ["target"], axis=0), N("Reshape", ["gelu", "target"], ["y"]),
+    ]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])
+    g = helper.make_graph(nodes, "tiny_transformer", [ids], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(a, k) for k, a in w.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (3, 9)])
+def test_tiny_transformer_with_dynamic_batch_and_sequence(shape):
+    model = tiny_transformer()
+    ids = np.random.default_rng(6).integers(0, 11, shape).astype(np.int64)
+    ids[:, 0] = 1  # at least one real token per row
+    graph, exported, want, got = roundtrip(model, {"ids": ids}, {"ids": shape})
+    assert not {"Shape", "Range", "Concat"} & {n.op_type for n in graph.nodes}
+    assert graph.value("y").shape == (shape[0], shape[1] * 8)
+    ours = run(graph, {"ids": ids})
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours["y"], want["y"], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ShapeError, match="'ids' dimension 0 \\('B'\\)"):
+        from_onnx(model)
