@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from corefold.errors import ModelError, ShapeError, UnsupportedOpError
 from corefold.executor import run
 from corefold.executor.kernels.shape import is_fill
+from corefold.executor.registry import load_all
 from corefold.frontend.onnx import from_onnx, load_model, save_model, to_onnx
 from corefold.frontend.onnx.check import ort_run, roundtrip
 from corefold.ir import verify
@@ -274,3 +275,13 @@ def test_tiny_transformer_with_dynamic_batch_and_sequence(shape):
     np.testing.assert_allclose(ours["y"], want["y"], rtol=1e-4, atol=1e-5)
     with pytest.raises(ShapeError, match="'ids' dimension 0 \\('B'\\)"):
         from_onnx(model)
+
+
+def test_every_supported_op_has_shape_inference():
+    from corefold.frontend.onnx.importer import KERNEL_INFERRED
+    from corefold.frontend.onnx.opsets import NORMALISERS
+    from corefold.frontend.onnx.shapes import SHAPE_FUNCTIONS
+
+    emitted = set(NORMALISERS) - {"Constant", "Upsample"}  # folded / rewritten to Resize
+    assert sorted(op for op in emitted if op not in SHAPE_FUNCTIONS and op not in KERNEL_INFERRED) == []
+    assert set(KERNEL_INFERRED) <= set(load_all())
