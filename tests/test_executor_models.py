@@ -15,9 +15,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-frontend = pytest.importorskip("corefold.frontend.onnx")
+import corefold
+from corefold.executor import random_inputs, run
 
-from corefold.executor import random_inputs, run  # noqa: E402
+if not (Path(corefold.__file__).parent / "frontend" / "onnx").is_dir():  # until the importer is merged
+    pytest.skip("corefold.frontend.onnx is not there yet", allow_module_level=True)
+
+from corefold.frontend import onnx as frontend  # noqa: E402
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS = sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("light_*.onnx"))

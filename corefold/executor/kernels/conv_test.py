@@ -108,3 +108,12 @@ def test_conv_single_value_weights_give_identical_channels(attrs, group):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-2)
     plain = conv(attrs, [x, w])[0].reshape(2, group, 12 // group, *got.shape[2:])
     assert np.all(plain == plain[:, :, :1]), "channels of one group must be identical"
+
+
+def test_conv_transpose_3d_grouped_dilated():
+    rng = np.random.default_rng(8)
+    x = randn(rng, 1, 4, 3, 4, 3)
+    w = randn(rng, 4, 2, 2, 3, 2)
+    check_node("ConvTranspose", [x, w, randn(rng, 4)],
+               {"group": 2, "strides": [2, 1, 2], "dilations": [1, 2, 1], "pads": [0, 1, 1, 1, 0, 0],
+                "output_padding": [1, 0, 1]})
