@@ -180,8 +180,11 @@ class Importer:
                     if i < len(inputs) and inputs[i] is not None and not inputs[i].is_constant:
                         raise ShapeError(f"shape of {what} unknown: it depends on input "
                                          f"'{inputs[i].name}', which is not a constant at import")
-                args = [None if v is None else (v.const if v.is_constant else fill(np.zeros((), v.dtype), v.shape))
-                        for v in inputs]
+                # only the parameter inputs' values matter: every other input is a zero fill,
+                # so the kernel touches no data whatever the tensors' sizes
+                params = KERNEL_INFERRED[op]
+                args = [None if v is None else (v.const if i in params else fill(np.zeros((), v.dtype), v.shape))
+                        for i, v in enumerate(inputs)]
                 results = self.kernels[op](attrs, args)
                 types = [(tuple(r.shape), r.dtype) for r in results]
             else:
@@ -306,7 +309,7 @@ class Importer:
                     if not isinstance(d, int):
                         label = f"'{d}'" if d else "unnamed"
                         raise ShapeError(f"graph input '{vi.name}' dimension {i} ({label}) is dynamic; bind it with "
-                                         f"--shape {vi.name}=" + ",".join(str(x) if isinstance(x, int) else "N" for x in dims))
+                                         f"--shape {vi.name}=" + ",".join(str(x) if isinstance(x, int) else (x or "?") for x in dims))
                 shape = tuple(int(d) for d in dims)
             v = self.graph.add_input(self._claim_onnx(vi.name), shape, dtype)
             self.env[vi.name] = v

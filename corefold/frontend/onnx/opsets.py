@@ -190,9 +190,6 @@ def _dropout(imp: "Importer", n: OnnxNode) -> None:
     n.attrs.pop("is_test", None)
     if imp.opset < 12:
         _attr_to_input(imp, n, "ratio", 1, "float32")
-    seed = n.attrs.pop("seed", None)
-    if seed is not None:
-        n.attrs["seed"] = seed
     mask = n.outputs[1] if len(n.outputs) > 1 else None
     if imp.opset < 10 and mask and imp.is_used(mask):
         # opset < 10: the mask "is not filled" in test mode; ONNX Runtime gives zeros of the

@@ -57,7 +57,7 @@ def tensor_to_numpy(t: TensorProto, what: str, base_dir: str | None = None) -> n
 
 def numpy_to_tensor(a: np.ndarray, name: str) -> TensorProto:
     onnx_dtype(a.dtype, f"constant '{name}'")
-    return numpy_helper.from_array(np.array(a, order="C", copy=True), name)
+    return numpy_helper.from_array(np.asarray(a), name)  # tobytes() writes C order, no copy needed
 
 
 def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
