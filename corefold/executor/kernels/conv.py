@@ -59,6 +59,7 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
     rest = math.prod(outs[1:])
     rows = max(1, min(outs[0], COLUMN_BLOCK // max(1, rest)))
     y = np.empty((group, mg, n) + tuple(outs), dtype=np.result_type(x, wm))
+    flat = y.reshape(group, mg, n, p)
     taps = list(itertools.product(*(range(kk) for kk in kernel_shape)))
     buf = np.empty((group, cg, len(taps), rows) + tuple(outs[1:]), dtype=x.dtype)
     for b in range(n):
@@ -70,7 +71,7 @@ def _conv_matmul(x: np.ndarray, wm: np.ndarray, group: int, kernel_shape: list[i
             for i, tap in enumerate(taps):
                 cols[:, :, i] = win[(b, slice(None), slice(None), slice(r0, r1)) + (Ellipsis,) + tap]
             cols = cols.reshape(group, ck, (r1 - r0) * rest)
-            y[:, :, b, r0:r1] = np.matmul(wm, cols).reshape((group, mg, r1 - r0) + tuple(outs[1:]))
+            np.matmul(wm, cols, out=flat[:, :, b, r0 * rest:r1 * rest])  # straight into the output
     return y
 
 
