@@ -15,13 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import corefold
 from corefold.executor import random_inputs, run
-
-if not (Path(corefold.__file__).parent / "frontend" / "onnx").is_dir():  # until the importer is merged
-    pytest.skip("corefold.frontend.onnx is not there yet", allow_module_level=True)
-
-from corefold.frontend import onnx as frontend  # noqa: E402
+from corefold.frontend import onnx as frontend
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 MODELS = sorted(p.stem.removeprefix("light_") for p in LIGHT.glob("light_*.onnx"))
