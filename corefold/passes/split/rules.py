@@ -32,6 +32,12 @@ BROADCAST_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum
 POOL_OPS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "GlobalLpPool"})
 
 
+#: Operators with a split rule (besides UNARY_OPS and BROADCAST_OPS).
+RULE_OPS = frozenset({"Conv", "Gemm", "MatMul", "Resize", "Transpose", "Softmax", "LogSoftmax", "Hardmax",
+                      "Concat", "LRN", "BatchNormalization", "InstanceNormalization", "LayerNormalization"}
+                     | POOL_OPS | UNARY_OPS | BROADCAST_OPS)
+
+
 @dataclass(frozen=True)
 class SplitAxis:
     """One way to cut a node: see the module docstring."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from corefold.errors import CapacityError
 from corefold.ir import Graph, Node, Value
-from corefold.passes.split.rules import VIEW_OPS, SplitAxis, candidate_axes
+from corefold.passes.split.rules import RULE_OPS, VIEW_OPS, SplitAxis, candidate_axes
 from corefold.target import Target
 
 JOIN_META = "split_join"
@@ -83,17 +83,23 @@ def _piece_bytes(node: Node, ax: SplitAxis, units: int) -> int:
     return total
 
 
-def choose_split(node: Node, threshold: int) -> tuple[SplitAxis, int]:
-    """The axis and piece count for a node that does not fit (see the module docstring).
+def choose_split(node: Node, threshold: int, origin: str | None = None) -> tuple[SplitAxis, int]:
+    """The axis and piece count for a node that does not fit (see the module docstring);
+    ``origin`` names the model's node that ``node`` is a piece of, for errors.
 
     Raises:
         CapacityError: no rule for the operator, or no axis left to cut.
     """
     axes, by_preference = candidate_axes(node)
     size = touched_bytes(node)
+    who = f"node '{origin or node.name}' ({node.op_type})"
+    if origin and origin != node.name:
+        who += f", piece '{node.name}',"
     if not axes:
-        raise CapacityError(f"node '{node.name}' ({node.op_type}) touches {size} bytes, above the core "
-                            f"memory threshold of {threshold} bytes, and there is no split rule for {node.op_type}")
+        why = (f"there is no split rule for {node.op_type}" if node.op_type not in RULE_OPS
+               else "no dimension is left to cut")
+        raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
+                            f"bytes, and {why}")
     fitting: list[tuple[int, int, int, SplitAxis]] = []  # (key, rank, k, axis)
     for rank, ax in enumerate(axes):
         for k in range(2, ax.extent + 1):
@@ -106,8 +112,8 @@ def choose_split(node: Node, threshold: int) -> tuple[SplitAxis, int]:
     halves = [(_piece_bytes(node, ax, -(-ax.extent // 2)), rank, ax) for rank, ax in enumerate(axes)]
     best_bytes, _, ax = min(halves, key=lambda t: (t[0], t[1]))
     if best_bytes >= size:
-        raise CapacityError(f"node '{node.name}' ({node.op_type}) touches {size} bytes, above the core "
-                            f"memory threshold of {threshold} bytes, at every split")
+        raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
+                            f"bytes, at every split")
     return ax, 2
 
 
@@ -224,9 +230,9 @@ def split_graph(graph: Graph, target: Target, threshold: int | None = None) -> S
         node = work.pop()
         if not needs_fit(node) or touched_bytes(node) <= limit:
             continue
-        ax, k = choose_split(node, limit)
-        new = splitter.split(node, ax, k)
         root = origin.get(node, (node.name, node.op_type))
+        ax, k = choose_split(node, limit, root[0])
+        new = splitter.split(node, ax, k)
         for n in new:
             origin[n] = root
         replaced[node] = new
