@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     for tname, target in targets.items():
         for name, graph in load_graphs(names):
             problem = build_problem(graph, target)
-            bound = lower_bound(problem)
+            bound = lower_bound(problem, graph)
             base = {k: simulate(problem, o) for k, o in baseline_orders(problem).items()}
             t0 = time.perf_counter()
             res = order_graph(graph, target, settings)

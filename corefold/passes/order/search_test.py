@@ -45,7 +45,7 @@ networks = st.builds(lambda n, seed, ctrl, ch: random_network(n, seed=seed, ctrl
 @settings(max_examples=25, deadline=None)
 def test_search_respects_every_edge_and_bounds(g):
     problem = build_problem(g, TARGET)
-    bound = lower_bound(problem)
+    bound = lower_bound(problem, g)
     for name, order in baseline_orders(problem).items():
         assert simulate(problem, order) >= bound.value * (1 - 1e-12), name
     res = order_graph(g, TARGET, SMALL)
