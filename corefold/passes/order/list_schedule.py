@@ -22,13 +22,17 @@ def _start_time(P, S, i):
     t_data = 0.0
     load = external_load[i]
     load_after = 0.0
+    pending_end = 0.0
+    if scal[4] >= 0:
+        d = _earliest(free, kind_first[0], kind_count[0])
+        pending_end = max(free[d], scal[3]) + scal[2]
     for k in range(in_ptr[i], in_ptr[i + 1]):
         v = in_val[k]
         if resident[v] == 1:
             t_data = max(t_data, ready[v])
         else:
             load += vload[v]
-            load_after = max(load_after, ready[v])
+            load_after = max(load_after, ready[v] if ready[v] >= 0.0 else pending_end)
     for k in range(ctrl_ptr[i], ctrl_ptr[i + 1]):
         t_data = max(t_data, end[ctrl_src[k]])
     if load > 0.0:
@@ -63,6 +67,7 @@ def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ
             nready += 1
     order = np.empty(m, np.int64)
     rec = np.zeros(9)
+    prec = np.zeros(9)
     for t in range(m):
         best = 0
         best_start = 0.0
@@ -81,7 +86,7 @@ def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ
             ready[r] = ready[r + 1]
         nready -= 1
         order[t] = i
-        _step(P, S, i, rec)
+        _step(P, S, i, rec, prec)
         for k in range(succ_ptr[i], succ_ptr[i + 1]):
             s = succ_idx[k]
             if member_mask[s]:
@@ -115,7 +120,7 @@ def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_
         S = _copy(S0)
         order = list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx,
                               noisy, False)
-        ms, busy = _score(S)
+        ms, busy = _score(P, S)
         if ms < best_ms or (ms == best_ms and busy < best_busy):
             best_ms, best_busy = ms, busy
             best_order = order
@@ -135,7 +140,7 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
     cur = order.copy()
     S = _copy(S0)
     _run(P, S, cur)
-    cur_ms, cur_busy = _score(S)
+    cur_ms, cur_busy = _score(P, S)
     if m < 2:
         return cur, cur_ms, cur_busy
     pos = np.full(n_nodes, -1, np.int64)
@@ -170,7 +175,7 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
             trial[b + 1:] = cur[b + 1:]
         S = _copy(S0)
         _run(P, S, trial)
-        ms, busy = _score(S)
+        ms, busy = _score(P, S)
         if ms < cur_ms or (ms == cur_ms and busy <= cur_busy):
             cur_ms, cur_busy = ms, busy
             cur[:] = trial

@@ -18,15 +18,17 @@ DMA. One DMA unit moves ``b`` bytes in ``t(b) = n_dma * transfer_seconds(b)`` (e
 ``n_dma`` units gets a fair share ``min(r_dma f, B_dram / n_dma)`` of the bandwidth). For
 operator ``o`` with external inputs (weights, graph inputs) ``E(o)`` and spilled
 activation inputs ``S(o)``, the load task of length ``l(o) = t(sum_{v in E(o) u S(o)}
-bytes(v))`` is issued on the DMA queue just before ``o``::
+bytes(v))`` is issued on the DMA queue just before ``o``; the store of ``o``'s spilled and
+graph outputs, ``s(o)``, is issued right after the *next* operator's load (prefetch first,
+as a compiler orders the DMA descriptors), or before it when that operator reads one of
+them::
 
     load_start(o)  = max(min_j free[dma, j], max_{v in S(o)} ready(v))
     data_ready(o)  = max(load_start(o) + l(o), max_{v resident input} ready(v),
                          max_{p control pred} end(p))
     start(o)       = max(data_ready(o), min_j free[u(o), j]);  end(o) = start(o) + c(o)
-    ready(v)       = end(o)                          for a resident output v
-                   = store_end(o)                    for a spilled output v
-    store_start(o) = max(min_j free[dma, j], end(o)) if o has spilled or graph outputs
+    store_start(o) = max(min_j free[dma, j], end(o))           (when it is issued)
+    ready(v)       = end(o) for a resident output v, store_start(o) + s(o) for a spilled one
 
 so weights are prefetched as early as the in-order DMA queue allows. The score is the
 makespan ``max`` over every task's end. Simulating an order is O(V + E) (the arrays below
@@ -177,14 +179,15 @@ def build_problem(graph: Graph, target: Target, cost_fn: Callable | None = None,
 #   resident[v]      1 resident, 2 spilled, 0 not produced yet
 #   remaining[v]     consumers of v not yet issued
 #   end[i]           finish time of node i (-1 before it is issued)
-#   scal[0], [1]     resident live bytes, makespan so far
+#   scal[0], [1]     resident live bytes, makespan so far (placed tasks)
+#   scal[2:5]        pending store of the last issued operator: bytes' time, release, node
 
 def initial_state(problem: ScheduleProblem) -> tuple:
     """The state before any operator is issued (all units free at time 0)."""
     vuses = problem.arrays[12]
     return (np.zeros(len(problem.unit_names)), np.zeros(problem.num_values),
             np.zeros(problem.num_values, np.int8), vuses.copy(),
-            np.full(len(problem.nodes), -1.0), np.zeros(2))
+            np.full(len(problem.nodes), -1.0), np.array([0.0, 0.0, 0.0, 0.0, -1.0]))
 
 
 def copy_state(state: tuple) -> tuple:
@@ -201,10 +204,41 @@ def _earliest(free, first, count):
 
 
 @njit(cache=True, inline="always")
-def _step(P, S, i, rec):
+def _flush(P, S, prec):
+    """Put the pending store (of the operator issued last) on the earliest free DMA unit."""
+    kind_first, kind_count = P[14], P[15]
+    out_ptr, out_val = P[6], P[7]
+    free, ready, resident, remaining, end, scal = S
+    op = int(scal[4])
+    if op < 0:
+        return
+    slot = _earliest(free, kind_first[0], kind_count[0])
+    start = max(free[slot], scal[3])
+    fin = start + scal[2]
+    free[slot] = fin
+    if fin > scal[1]:
+        scal[1] = fin
+    for k in range(out_ptr[op], out_ptr[op + 1]):
+        v = out_val[k]
+        if resident[v] == 2:
+            ready[v] = fin
+    prec[6] = slot
+    prec[7] = start
+    prec[8] = fin
+    scal[4] = -1.0
+
+
+@njit(cache=True, inline="always")
+def _step(P, S, i, rec, prec):
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
      ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
     free, ready, resident, remaining, end, scal = S
+    # a spilled input still waiting for its store forces the store out first
+    for k in range(in_ptr[i], in_ptr[i + 1]):
+        v = in_val[k]
+        if resident[v] == 2 and ready[v] < 0.0:
+            _flush(P, S, prec)
+            break
     # inputs: resident ones are ready on chip; spilled ones and external data are loaded
     t_data = 0.0
     load = external_load[i]
@@ -231,6 +265,8 @@ def _step(P, S, i, rec):
             t_data = free[ld_slot]
         if free[ld_slot] > scal[1]:
             scal[1] = free[ld_slot]
+    # the previous operator's store goes after this prefetch
+    _flush(P, S, prec)
     u = kind[i]
     slot = _earliest(free, kind_first[u], kind_count[u])
     start = max(t_data, free[slot])
@@ -241,7 +277,6 @@ def _step(P, S, i, rec):
         scal[1] = fin
     # outputs: resident while they fit, else spilled; graph outputs are stored too
     store = output_store[i]
-    spilled = False
     for k in range(out_ptr[i], out_ptr[i + 1]):
         v = out_val[k]
         if vuses[v] == 0:
@@ -253,22 +288,13 @@ def _step(P, S, i, rec):
             ready[v] = fin
         else:
             resident[v] = 2
-            spilled = True
+            ready[v] = -1.0  # known once the store is placed
             if not vis_out[v]:
                 store += vload[v]
-    st_slot = -1
-    st_start = 0.0
     if store > 0.0:
-        st_slot = _earliest(free, kind_first[0], kind_count[0])
-        st_start = max(free[st_slot], fin)
-        free[st_slot] = st_start + store
-        if free[st_slot] > scal[1]:
-            scal[1] = free[st_slot]
-        if spilled:
-            for k in range(out_ptr[i], out_ptr[i + 1]):
-                v = out_val[k]
-                if resident[v] == 2:
-                    ready[v] = free[st_slot]
+        scal[2] = store
+        scal[3] = fin
+        scal[4] = i
     # inputs whose last consumer this is leave the chip
     for k in range(in_ptr[i], in_ptr[i + 1]):
         v = in_val[k]
@@ -281,31 +307,43 @@ def _step(P, S, i, rec):
     rec[3] = ld_slot
     rec[4] = ld_start
     rec[5] = ld_start + load if ld_slot >= 0 else 0.0
-    rec[6] = st_slot
-    rec[7] = st_start
-    rec[8] = st_start + store if st_slot >= 0 else 0.0
+    rec[6] = -1
+
+
+@njit(cache=True, inline="always")
+def _makespan(P, S):
+    """Makespan so far, counting the pending store as if placed now."""
+    free, scal = S[0], S[5]
+    if scal[4] < 0:
+        return scal[1]
+    slot = _earliest(free, P[14][0], P[15][0])
+    return max(scal[1], max(free[slot], scal[3]) + scal[2])
 
 
 @njit(cache=True)
 def _run(P, S, order):
     rec = np.zeros(9)
+    prec = np.zeros(9)
     for i in order:
-        _step(P, S, i, rec)
-    return S[5][1]
+        _step(P, S, i, rec, prec)
+    return _makespan(P, S)
 
 
 @njit(cache=True)
 def _run_recorded(P, S, order, out):
+    dummy = np.zeros(9)
     for j in range(order.shape[0]):
-        _step(P, S, order[j], out[j])
+        _step(P, S, order[j], out[j], out[j - 1] if j > 0 else dummy)
+    if order.shape[0]:
+        _flush(P, S, out[order.shape[0] - 1])
     return S[5][1]
 
 
 @njit(cache=True)
-def _score(S):
+def _score(P, S):
     """(makespan, mean busy-until): the second breaks ties in favour of freer units."""
     free = S[0]
-    return S[5][1], free.sum() / free.shape[0]
+    return _makespan(P, S), free.sum() / free.shape[0]
 
 
 @njit(cache=True)
@@ -317,7 +355,7 @@ def evaluate_batch(P, S0, orders):
     for r in range(m):
         S = (S0[0].copy(), S0[1].copy(), S0[2].copy(), S0[3].copy(), S0[4].copy(), S0[5].copy())
         _run(P, S, orders[r])
-        ms[r], busy[r] = _score(S)
+        ms[r], busy[r] = _score(P, S)
     return ms, busy
 
 
