@@ -67,7 +67,7 @@ class OrderSettings:
     """
 
     budget_seconds: float = 5.0
-    steps_per_second: float = 4e6
+    steps_per_second: float = 2e6
     exhaustive_limit: int = 2000
     key_nodes_per_segment: int = 1
     samples: int = 64
