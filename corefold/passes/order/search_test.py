@@ -183,3 +183,12 @@ link_bytes_per_cycle = 1
 dram_gbps = 1
 host_link_gbps = 1
 """
+
+
+def test_empty_and_single_node_graphs():
+    g = parse("graph e\ninput x: float32[1]\noutput x\n")
+    res = order_graph(g, TARGET, FAST)
+    assert res.makespan_after == 0.0 and not res.modified
+    g = parse("graph one\ninput x: float32[1, 8]\nnode r = Relu(x) -> (y: float32[1, 8])\noutput y\n")
+    res = order_graph(g, TARGET, FAST)
+    assert res.makespan_after >= res.bound.value > 0 and [n.name for n in g.nodes] == ["r"]
