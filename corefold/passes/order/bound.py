@@ -77,7 +77,8 @@ def lower_bound(problem: ScheduleProblem, graph: Graph | None = None) -> LowerBo
             work += float((vload[forced] * (vuses[forced] + ~vis_out[forced])).sum())
         terms[f"work_{kind}"] = work / int(problem.kind_count[k])
     if graph is not None and n:
-        seg = np.array([segment_index(graph)[node] for node in problem.nodes], np.int64)
+        index = segment_index(graph)
+        seg = np.array([index[node] for node in problem.nodes], np.int64)
         local = np.zeros(n)  # longest compute path inside the node's segment, ending at it
         for i in range(n):
             t = 0.0

@@ -311,6 +311,8 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
     order = np.concatenate(order_parts) if order_parts else np.zeros(0, np.int64)
     # polish the whole order across segment boundaries with what is left of the budget
     polish = int((total_steps - seg_steps) / max(1, n))
+    if all(c == 1 for c in counts):
+        polish = 0  # every segment has one order, so the whole graph has one
     if n > 1 and polish > 0:
         order, _, _ = local_search(P, initial_state(problem), order, problem.pred_ptr, problem.pred_idx,
                                    problem.succ_ptr, problem.succ_idx, n, polish, settings.seed + 104729)
