@@ -182,3 +182,89 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
             for j in range(min(a, b), max(a, b) + 1):
                 pos[cur[j]] = j
     return cur, cur_ms, cur_busy
+
+
+@njit(cache=True)
+def beam_over_ideals(P, S0, members, pred_mask, width, per_ideal):
+    """Dynamic program over sets of finished members (ideals), pruned to a beam.
+
+    Layer t holds partial orders of t members; each is extended by every ready member
+    (all its in-segment predecessors finished, ``pred_mask`` bit sets over member
+    positions, so at most 63 members). Of the extensions, the ``width`` best by makespan
+    so far (ties: mean busy-until) are kept, at most ``per_ideal`` per set of finished
+    members, since two partial orders of the same set face the same remaining problem.
+    Exact when nothing is pruned; O(m * width * w) simulator steps (w: ready width), plus
+    a state copy per kept entry. Returns the best complete order of member indices.
+    """
+    m = members.shape[0]
+    rec = np.zeros(9)
+    prec = np.zeros(9)
+    orders = np.zeros((1, m), np.int64)
+    masks = np.zeros(1, np.int64)
+    states = [_copy(S0)]
+    for t in range(m):
+        k = len(states)
+        cap = k * m
+        c_parent = np.empty(cap, np.int64)
+        c_op = np.empty(cap, np.int64)
+        c_ms = np.empty(cap)
+        c_busy = np.empty(cap)
+        nc = 0
+        for e in range(k):
+            mask = masks[e]
+            for j in range(m):
+                if (mask >> j) & 1 == 0 and (pred_mask[j] & ~mask) == 0:
+                    S = _copy(states[e])
+                    _step(P, S, members[j], rec, prec)
+                    ms, busy = _score(P, S)
+                    c_parent[nc] = e
+                    c_op[nc] = j
+                    c_ms[nc] = ms
+                    c_busy[nc] = busy
+                    nc += 1
+        key = c_ms[:nc] + c_busy[:nc] * 1e-6
+        rank = np.argsort(key, kind="mergesort")
+        # at most per_ideal entries per set of finished members, best first
+        c_mask = np.empty(nc, np.int64)
+        for r in range(nc):
+            c = rank[r]
+            c_mask[r] = masks[c_parent[c]] | (np.int64(1) << c_op[c])
+        by_mask = np.argsort(c_mask, kind="mergesort")  # stable: rank order within a mask
+        allowed = np.zeros(nc, np.bool_)
+        run = 0
+        for q in range(nc):
+            if q > 0 and c_mask[by_mask[q]] == c_mask[by_mask[q - 1]]:
+                run += 1
+            else:
+                run = 0
+            allowed[by_mask[q]] = run < per_ideal
+        sel = np.empty(min(width, nc), np.int64)
+        ns = 0
+        for r in range(nc):
+            if allowed[r]:
+                sel[ns] = rank[r]
+                ns += 1
+                if ns == sel.shape[0]:
+                    break
+        new_orders = np.empty((ns, m), np.int64)
+        new_masks = np.empty(ns, np.int64)
+        new_states = []
+        for s in range(ns):
+            c = sel[s]
+            e = c_parent[c]
+            new_orders[s, :] = orders[e, :]
+            new_orders[s, t] = members[c_op[c]]
+            new_masks[s] = masks[e] | (np.int64(1) << c_op[c])
+            S = _copy(states[e])
+            _step(P, S, members[c_op[c]], rec, prec)
+            new_states.append(S)
+        orders = new_orders
+        masks = new_masks
+        states = new_states
+    best = 0
+    best_ms, best_busy = _score(P, states[0])
+    for e in range(1, len(states)):
+        ms, busy = _score(P, states[e])
+        if ms < best_ms or (ms == best_ms and busy < best_busy):
+            best, best_ms, best_busy = e, ms, busy
+    return orders[best]

@@ -14,8 +14,10 @@ minimising (makespan so far, mean busy-until of the units) lexicographically:
   bottom level first) and the greedy earliest-start list schedule;
 * if the segment has at most ``exhaustive_limit`` topological orders, all are enumerated
   and simulated (exact for the segment);
-* otherwise seeded Monte Carlo list schedules with randomly perturbed priorities, then
-  random insertion moves (local search) from the best, within the segment's time budget.
+* otherwise a dynamic program over sets of finished ops (ideals), pruned to a beam
+  (segments of at most 63 ops), and seeded Monte Carlo list schedules with randomly
+  perturbed priorities; then random insertion moves (local search) from the best, within
+  the segment's budget.
 
 Finally the whole concatenated order is polished by local search with the remaining
 budget and compared with the whole-graph baselines (file order, ready-first, critical
@@ -34,7 +36,8 @@ import numpy as np
 from corefold.ir import Graph, Node
 from corefold.passes.order.bound import LowerBound, lower_bound
 from corefold.passes.order.key_nodes import segments
-from corefold.passes.order.list_schedule import list_schedule, local_search, random_list_schedules
+from corefold.passes.order.list_schedule import (beam_over_ideals, list_schedule, local_search,
+                                                 random_list_schedules)
 from corefold.passes.order.simulator import (
     Schedule,
     ScheduleProblem,
@@ -62,6 +65,8 @@ class OrderSettings:
         exhaustive_limit: enumerate a segment's orders when it has at most this many.
         key_nodes_per_segment: consecutive key-node segments joined into one.
         samples: Monte Carlo list schedules per non-enumerated segment.
+        beam_width: partial orders kept per layer by the dynamic program over sets of
+            finished operators (segments of at most 63 operators; 0 turns it off).
         spread: log-normal spread of the Monte Carlo priorities.
         seed: seed of every random choice.
     """
@@ -71,13 +76,14 @@ class OrderSettings:
     exhaustive_limit: int = 2000
     key_nodes_per_segment: int = 1
     samples: int = 64
+    beam_width: int = 64
     spread: float = 0.5
     seed: int = 0
 
 
-FAST = OrderSettings(budget_seconds=1.0, exhaustive_limit=200, samples=16)
+FAST = OrderSettings(budget_seconds=1.0, exhaustive_limit=200, samples=16, beam_width=16)
 DEFAULT = OrderSettings()
-STRONG = OrderSettings(budget_seconds=30.0, exhaustive_limit=20000, samples=256)
+STRONG = OrderSettings(budget_seconds=30.0, exhaustive_limit=20000, samples=256, beam_width=256)
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 
 
@@ -296,6 +302,9 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
                                                problem.succ_ptr, problem.succ_idx, prio, settings.samples,
                                                settings.spread, settings.seed + j)
             cands.append(best)
+            if 0 < settings.beam_width and len(members) <= 63:
+                pred_mask = np.array([sum(1 << p for p in ps) for ps in preds], np.int64)
+                cands.append(beam_over_ideals(P, state, members, pred_mask, settings.beam_width, 2))
             stacked = np.vstack([np.atleast_2d(c) for c in cands])
             ms, busy = evaluate_batch(P, state, stacked)
             cur = stacked[np.lexsort((busy, ms))[0]]

@@ -203,7 +203,7 @@ def _earliest(free, first, count):
     return best
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _flush(P, S, prec):
     """Put the pending store (of the operator issued last) on the earliest free DMA unit."""
     kind_first, kind_count = P[14], P[15]
@@ -228,7 +228,7 @@ def _flush(P, S, prec):
     scal[4] = -1.0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _step(P, S, i, rec, prec):
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
      ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
@@ -310,7 +310,7 @@ def _step(P, S, i, rec, prec):
     rec[6] = -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _makespan(P, S):
     """Makespan so far, counting the pending store as if placed now."""
     free, scal = S[0], S[5]
