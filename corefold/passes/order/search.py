@@ -36,8 +36,12 @@ import numpy as np
 from corefold.ir import Graph, Node
 from corefold.passes.order.bound import LowerBound, lower_bound
 from corefold.passes.order.key_nodes import segments
-from corefold.passes.order.list_schedule import (beam_over_ideals, list_schedule, local_search,
-                                                 random_list_schedules)
+from corefold.passes.order.list_schedule import (
+    beam_over_ideals,
+    list_schedule,
+    local_search,
+    random_list_schedules,
+)
 from corefold.passes.order.simulator import (
     Schedule,
     ScheduleProblem,
