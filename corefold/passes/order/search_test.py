@@ -192,3 +192,24 @@ def test_empty_and_single_node_graphs():
     g = parse("graph one\ninput x: float32[1, 8]\nnode r = Relu(x) -> (y: float32[1, 8])\noutput y\n")
     res = order_graph(g, TARGET, FAST)
     assert res.makespan_after >= res.bound.value > 0 and [n.name for n in g.nodes] == ["r"]
+
+
+def test_unpruned_dynamic_program_over_ideals_is_exact():
+    from corefold.passes.order.list_schedule import beam_over_ideals
+
+    choices = 0
+    for seed in range(3):
+        g = random_network(3, seed=seed, channels=16, size=8, k=2, p=1.0)
+        problem = build_problem(g, TARGET)
+        n = len(problem.nodes)
+        assert n <= 10
+        pred_mask = np.array([sum(1 << int(p) for p in problem.pred_idx[problem.pred_ptr[i]:problem.pred_ptr[i + 1]])
+                              for i in range(n)], np.int64)
+        order = beam_over_ideals(problem.arrays, initial_state(problem), np.arange(n, dtype=np.int64), pred_mask,
+                                 10**6, 10**6)
+        schedule(problem, order)  # a valid order (raises otherwise)
+        orders = _all_orders(problem)
+        choices += len(orders) > 1
+        best = min(simulate(problem, o) for o in orders)
+        assert simulate(problem, order) == pytest.approx(best, rel=1e-12)
+    assert choices
