@@ -1,0 +1,1 @@
+"""Graph passes: each a function over an IR graph that returns what it changed."""
