@@ -18,6 +18,7 @@ from corefold.errors import CorefoldError
 COMMANDS: list[tuple[str, str, str]] = [
     ("inspect", "corefold.cli.inspect", "print a model's ops, parameters, MACs, memory and time on a target"),
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
+    ("quantize", "corefold.cli.quantize", "range-aware post-training quantization to a QDQ ONNX model"),
 ]
 
 
