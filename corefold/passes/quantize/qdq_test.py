@@ -85,7 +85,7 @@ def test_conv_graph_qdq_runs_in_ort_and_integer_agrees(tmp_path, bits):
     # static ranges and the seed's mode rule
     assert plan["r1"].mode == UNSIGNED and plan["cc"].mode == UNSIGNED
     assert plan["y"].mode == SYMMETRIC and plan["w1"].mode == SYMMETRIC and plan["w1"].axis == 0
-    assert "c1" not in plan  # read by ReLU and Clip: stored only after them? no: two readers
+    assert plan["c1"].mode == SYMMETRIC  # two readers (ReLU and Clip): not fused, stored signed
     # one scale for the concat's inputs and output
     assert float(plan["r1"].k) == float(plan["k1"].k) == float(plan["cc"].k)
     assert plan["b1"].bits == 32
@@ -128,7 +128,7 @@ def test_unsigned_rule_beats_symmetric_on_relu(tmp_path):
     text = _conv_text(rng)
     results = {}
     xs = [rng.standard_normal((1, 2, 6, 6)).astype(np.float32) for _ in range(8)]
-    ref = np.concatenate([run(parse(text), {"x": x})["cc"] for x in xs])
+    ref = np.concatenate([run(parse(text), {"x": x}, outputs=["cc"])["cc"] for x in xs])
     for unsigned in (True, False):
         g = parse(text)
         g.outputs = [g.value("cc")]
