@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--percentile", type=float, default=99.99, help="percentile for --calibration percentile")
     p.add_argument("--target-sqnr", type=float, default=None, metavar="DB",
                    help="raise the bits of the most sensitive tensors until this output SQNR")
+    p.add_argument("--quantize-outputs", action="store_true",
+                   help="round the graph outputs to n bits too (default: dequantized accumulators)")
     p.add_argument("--symmetric-only", action="store_true", help="switch the unsigned rule off (ablation)")
     p.add_argument("--engine", choices=["corefold", "onnxruntime"], default="corefold",
                    help="what runs the float model during calibration (default corefold)")
@@ -37,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     settings = QuantizeSettings(bits=args.bits, weight_bits=args.weight_bits, per_channel=args.per_channel,
                                 calibration=args.calibration, percentile=args.percentile,
                                 unsigned_rule=not args.symmetric_only, target_sqnr_db=args.target_sqnr,
-                                engine=args.engine, max_batches=args.max_batches).checked()
+                                engine=args.engine, max_batches=args.max_batches,
+                                quantize_outputs=args.quantize_outputs).checked()
     graph = load_model(args.model, shape_bindings(args))
     data = load_calibration(args.calib, graph)
     result = quantize_graph(graph, data, settings, progress=not args.quiet)

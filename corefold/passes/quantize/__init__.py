@@ -31,7 +31,8 @@ class QuantizeSettings:
     ``weight_bits`` None means ``bits``. ``unsigned_rule`` False is the symmetric-only
     ablation. ``engine`` runs calibration on corefold's executor or on ONNX Runtime.
     ``max_batches`` bounds the calibration batches; ``mixed_batches`` the batches the
-    mixed-precision search measures on.
+    mixed-precision search measures on. ``quantize_outputs`` also rounds the graph outputs
+    to n bits (by default they are the dequantized accumulators of the last ops).
     """
 
     bits: int = 8
@@ -44,6 +45,7 @@ class QuantizeSettings:
     engine: str = "corefold"
     max_batches: int | None = None
     mixed_batches: int = 4
+    quantize_outputs: bool = False
 
     def checked(self) -> "QuantizeSettings":
         """Return self after validation.
@@ -91,7 +93,7 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
         DataError: calibration data that does not fit the model.
     """
     settings = settings.checked()
-    sel = select_tensors(graph, settings.per_channel)
+    sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs)
     static = static_ranges(graph)
     stats = collect_statistics(graph, data, sel.activations, engine=settings.engine,
                                limit=settings.max_batches, progress=progress)

@@ -101,8 +101,12 @@ def _fused_activation(v: Value, graph_outputs: set[Value]) -> Node | None:
     return None
 
 
-def select_tensors(graph: Graph, per_channel: bool = True) -> Selection:
+def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: bool = False) -> Selection:
     """Which tensors to quantize and how they are tied (see the module docstring).
+
+    With ``quantize_outputs`` False, graph outputs stay float: they leave the chip, so the
+    producing op's int32 accumulator is dequantized (scaled) instead of being rounded to
+    n bits first; everything the chip stores or computes on is still quantized.
 
     Raises:
         QuantizeError: nothing in the graph can be quantized.
@@ -149,6 +153,9 @@ def select_tensors(graph: Graph, per_channel: bool = True) -> Selection:
             act = _fused_activation(v, outs)
             if act is not None:
                 sel.skipped[v.name] = f"fused with its {act.op_type} '{act.name}'"
+                continue
+            if v in outs and not quantize_outputs:
+                sel.skipped[v.name] = "graph output: dequantized from the accumulator, not rounded to n bits"
                 continue
             acts[v.name] = None
             if node.op_type in PASS_THROUGH_OPS and _is_float(node.inputs[0]) and node.inputs[0].const is None:
