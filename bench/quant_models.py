@@ -282,12 +282,12 @@ def minilm_onnx(seq: int = 32) -> onnx.ModelProto:
         x = node("LayerNormalization", [h, const(f"l{i}_ln2_g", w[pre + "output.LayerNorm.weight"]),
                                         const(f"l{i}_ln2_b", w[pre + "output.LayerNorm.bias"])],
                  f"l{i}_out", axis=-1, epsilon=eps)
-    # mean pooling over real tokens
-    mk = node("Unsqueeze", ["attention_mask", const("ax2", np.array([2], np.int64))], "mask3")
-    sm = node("Mul", [x, mk], "masked_states")
-    sm = node("ReduceSum", [sm, const("ax1", np.array([1], np.int64))], "sum_states", keepdims=0)
-    cnt = node("ReduceSum", ["attention_mask", const("ax1b", np.array([1], np.int64))], "token_count", keepdims=1)
-    node("Div", [sm, cnt], "embedding")
+    # mean pooling over real tokens: (mask / sum(mask)) @ states
+    cnt = node("MatMul", ["attention_mask", const("ones_col", np.ones((seq, 1), np.float32))], "token_count")
+    wts = node("Div", ["attention_mask", cnt], "pool_weights")
+    wts = node("Unsqueeze", [wts, const("ax1", np.array([1], np.int64))], "pool_weights3")
+    pooled = node("MatMul", [wts, x], "pooled")
+    node("Reshape", [pooled, const("emb_shape", np.array([1, hidden], np.int64))], "embedding")
     graph = helper.make_graph(
         nodes, "all_minilm_l6_v2",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq]),

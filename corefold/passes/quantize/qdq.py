@@ -16,6 +16,8 @@ op is in :data:`QUANTIZABLE_OPS`, except
 
 * a pre-activation tensor whose only reader is ReLU / Clip(min >= 0) (the seed's fused
   conv + activation): only the activation's output is stored, so it is unsigned;
+* a tensor read only by Softmax is clipped at most SOFTMAX_MARGIN below its maximum
+  (softmax is shift-invariant, so masked -1e4 scores need no integer levels);
 * tensors *tied* to others share one parameter set: the inputs and output of a Concat (one
   scale for all, SPEC M5 beyond the seed) and the output of a pure data movement op
   (Reshape, Transpose, MaxPool, ...) with its input, so re-quantizing it is exact.
@@ -56,6 +58,8 @@ _WEIGHT_AXIS = {
     "MatMul": {1: lambda n, w: w.ndim - 1},
 }
 _BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+#: how far below its maximum a Softmax input may be clipped without changing the result
+SOFTMAX_MARGIN = 20.0
 
 
 @dataclass
@@ -72,6 +76,7 @@ class Selection:
     biases: dict[str, tuple[str, str]] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    softmax_inputs: set[str] = field(default_factory=set)
 
     def members(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -168,6 +173,11 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
         if name in sel.skipped:
             del acts[name]
     sel.activations = list(acts)
+    by_name = {v.name: v for v in graph.values()}
+    for t in sel.activations:
+        readers = by_name[t].consumers()
+        if readers and all(r.op_type == "Softmax" for r in readers) and by_name[t] not in outs:
+            sel.softmax_inputs.add(t)
     for t in sel.activations:
         sel.groups[t] = find(t)
     for node in graph.nodes:
@@ -215,6 +225,10 @@ def make_plan(graph: Graph, sel: Selection, stats: dict[str, TensorStats], stati
         mode = choose_mode(0.0 if known_nonneg else lo, settings.unsigned_rule)
         qmax = integer_range(mode, n)[1]
         m = max(clip_magnitude(stats[t], settings.calibration, qmax, settings.percentile) for t in members)
+        if all(t in sel.softmax_inputs for t in members) and -lo > max(hi, 0.0) + SOFTMAX_MARGIN:
+            # softmax(x) depends on x - max(x): values more than SOFTMAX_MARGIN below the
+            # largest weigh < exp(-20); clipping them there changes nothing (attention masks)
+            m = min(m, max(hi, 0.0) + SOFTMAX_MARGIN)
         src = "static range + calibration" if known_nonneg else "calibration"
         for t in members:
             plan[t] = QuantParams(mode, n, scale_factor(m, mode, n), None, lo, hi, src)
