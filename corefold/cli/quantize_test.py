@@ -26,7 +26,7 @@ def _model(path, op="Conv"):
                  numpy_helper.from_array(rng.standard_normal((3, 4, 1, 1)).astype(np.float32), "w2")]
         out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 5, 5])
     else:
-        nodes, inits = [helper.make_node(op, ["x"], ["y"])], []
+        nodes, inits = [helper.make_node(op, ["x"], ["y"], size=3)], []
         out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 5])
     g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])], [out], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
@@ -66,7 +66,7 @@ def test_quantize_writes_model_and_json(tmp_path, capsys):
     ("shape", "shape"), ("dtype", "dtype"), ("missing", "no array for input 'x'"), ("bits", "bits = 5"),
     ("nothing", "nothing to quantize")])
 def test_errors_exit_2_in_one_line(tmp_path, capsys, case, needle):
-    model = _model(tmp_path / "m.onnx", "Exp" if case == "nothing" else "Conv")
+    model = _model(tmp_path / "m.onnx", "LRN" if case == "nothing" else "Conv")
     arrays = {"x": np.zeros((4, 2, 5, 5), np.float32)}
     if case == "shape":
         arrays = {"x": np.zeros((4, 2, 5, 6), np.float32)}
