@@ -169,6 +169,17 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
                 for x in node.inputs:
                     if _is_float(x) and x.const is None:
                         tie(v.name, x.name)
+    if not quantize_outputs:
+        # a float output made by data movement from a quantized tensor would leave a lone DQ
+        # before the move (ONNX Runtime's QDQ propagation mis-types such a pair): keep the
+        # chain feeding the output float too
+        for v in graph.outputs:
+            while v.producer is not None and v.producer.op_type in PASS_THROUGH_OPS:
+                src = v.producer.inputs[0]
+                if not _is_float(src) or src.const is not None or len(src.consumers()) != 1 or src in outs:
+                    break
+                sel.skipped[src.name] = f"moved unchanged into graph output '{v.name}'"
+                v = src
     for name in list(acts):
         if name in sel.skipped:
             del acts[name]
