@@ -33,6 +33,7 @@ class QuantizeSettings:
     ``max_batches`` bounds the calibration batches; ``mixed_batches`` the batches the
     mixed-precision search measures on. ``quantize_outputs`` also rounds the graph outputs
     to n bits (by default they are the dequantized accumulators of the last ops).
+    ``weight_rounding`` is ``gptq`` (error-compensating, ``rounding.py``) or ``nearest``.
     """
 
     bits: int = 8
@@ -46,6 +47,7 @@ class QuantizeSettings:
     max_batches: int | None = None
     mixed_batches: int = 4
     quantize_outputs: bool = False
+    weight_rounding: str = "gptq"
 
     def checked(self) -> "QuantizeSettings":
         """Return self after validation.
@@ -61,6 +63,8 @@ class QuantizeSettings:
                                 f"(choose from {', '.join(CALIBRATION_METHODS)})")
         if self.engine not in ("corefold", "onnxruntime"):
             raise QuantizeError(f"calibration engine '{self.engine}' is unknown (corefold or onnxruntime)")
+        if self.weight_rounding not in ("gptq", "nearest"):
+            raise QuantizeError(f"weight rounding '{self.weight_rounding}' is unknown (gptq or nearest)")
         if not 0 < self.percentile <= 100:
             raise QuantizeError(f"percentile {self.percentile} is not in (0, 100]")
         return self
@@ -95,14 +99,33 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
     settings = settings.checked()
     sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs)
     static = static_ranges(graph)
+    hessians = None
+    if settings.weight_rounding == "gptq":
+        from corefold.passes.quantize.rounding import HessianSet
+
+        hessians = HessianSet(graph, sel.weights)
     stats = collect_statistics(graph, data, sel.activations, engine=settings.engine,
-                               limit=settings.max_batches, progress=progress)
+                               limit=settings.max_batches, progress=progress, observer=hessians)
+    consts = {w: graph.value(w).const for w in sel.weights} if hessians is not None else {}
+    rounded: dict[tuple[str, int], object] = {}
     plan_settings = PlanSettings(bits=settings.bits, weight_bits=settings.weight_bits or settings.bits,
                                  per_channel=settings.per_channel, calibration=settings.calibration,
                                  percentile=settings.percentile, unsigned_rule=settings.unsigned_rule)
 
     def plan_for(bits: dict[str, int]) -> dict[str, QuantParams]:
-        return make_plan(graph, sel, stats, static, plan_settings, bits)
+        plan = make_plan(graph, sel, stats, static, plan_settings, bits)
+        if hessians is not None:
+            from corefold.passes.quantize.rounding import gptq_round
+
+            todo = {w: plan[w] for w in hessians.nodes if w in plan and (w, plan[w].bits) not in rounded}
+            for w, q in gptq_round(hessians, consts, todo).items():
+                rounded[(w, plan[w].bits)] = q
+            for w in todo:
+                rounded.setdefault((w, plan[w].bits), None)
+            for w in hessians.nodes:
+                if w in plan and rounded.get((w, plan[w].bits)) is not None:
+                    plan[w] = replace(plan[w], integers=rounded[(w, plan[w].bits)])
+        return plan
 
     bits: dict[str, int] = {}
     mixed = None

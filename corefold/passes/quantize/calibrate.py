@@ -233,12 +233,14 @@ def load_calibration(path: str | os.PathLike, graph: Graph) -> CalibrationSet:
 
 
 def collect_statistics(graph: Graph, data: CalibrationSet, names: list[str], *, engine: str = "corefold",
-                       limit: int | None = None, progress: bool = True) -> dict[str, TensorStats]:
+                       limit: int | None = None, progress: bool = True, observer=None) -> dict[str, TensorStats]:
     """Run every calibration batch through ``graph`` and update the statistics of ``names``.
 
     ``engine`` is ``corefold`` (the reference executor) or ``onnxruntime`` (much faster on
     big models; the graph is exported with the wanted tensors as extra outputs). Only one
-    batch's activations are alive at a time.
+    batch's activations are alive at a time. ``observer`` (an object with ``tensor_names``
+    and ``add(values)``, e.g. :class:`~corefold.passes.quantize.rounding.HessianSet`) sees
+    its tensors of every batch too.
 
     Raises:
         DataError: from the executor, if a batch does not fit the model.
@@ -246,12 +248,16 @@ def collect_statistics(graph: Graph, data: CalibrationSet, names: list[str], *, 
     from tqdm import tqdm
 
     stats = {n: TensorStats() for n in names}
-    runner = make_runner(graph, names, engine)
+    extra = [n for n in (observer.tensor_names if observer is not None else []) if n not in stats]
+    runner = make_runner(graph, list(names) + extra, engine)
     total = data.num_batches if limit is None else min(limit, data.num_batches)
     for feeds in tqdm(data.batches(limit), total=total, desc="calibrating", unit="batch",
                       disable=not progress, leave=False):
-        for name, x in runner(feeds).items():
-            stats[name].add(x)
+        values = runner(feeds)
+        for name in names:
+            stats[name].add(values[name])
+        if observer is not None:
+            observer.add(values)
     return stats
 
 

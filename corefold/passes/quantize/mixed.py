@@ -39,7 +39,7 @@ def simulate(graph: Graph, plan: dict[str, QuantParams], feeds: dict[str, np.nda
             s = s.reshape([-1] + [1] * (v.const.ndim - 1)) if s.ndim else s
             env[v.name] = (np.rint(v.const / s) * s).astype(v.const.dtype)
         else:
-            env[v.name] = p.fake_quantize(v.const)
+            env[v.name] = p.dequantize(p.weight_integers(v.const))
     for n in graph.topological_order():
         args = [env[v.name] if v is not None else None for v in n.inputs]
         res = kernels[n.op_type](n.attrs, args)

@@ -87,6 +87,8 @@ class QuantParams:
     minimum: float = 0.0
     maximum: float = 0.0
     source: str = field(default="calibration", compare=False)
+    #: for a weight: its integers when chosen by something better than nearest rounding
+    integers: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def qmin(self) -> int:
@@ -124,6 +126,10 @@ class QuantParams:
     def fake_quantize(self, x: np.ndarray) -> np.ndarray:
         return self.dequantize(self.quantize(x))
 
+    def weight_integers(self, w: np.ndarray) -> np.ndarray:
+        """The stored integers of constant ``w``: :attr:`integers` if set, else rounded."""
+        return self.integers if self.integers is not None else self.quantize(w)
+
     def to_json(self) -> dict:
         k = np.asarray(self.k, dtype=np.float64)
         return {
@@ -131,6 +137,7 @@ class QuantParams:
             "k": k.tolist(), "onnx_scale": self.onnx_scale.astype(np.float64).tolist(),
             "integer_range": [self.qmin, self.qmax],
             "min": float(self.minimum), "max": float(self.maximum), "source": self.source,
+            **({"rounding": "gptq"} if self.integers is not None else {}),
         }
 
 

@@ -279,7 +279,7 @@ def insert_qdq(graph: Graph, plan: dict[str, QuantParams]) -> Graph:
                 q = _int32_params_quantize(p, v.const)
                 zp = graph.add_constant(f"{name}_zero_point", np.zeros(scale.shape, np.int32))
             else:
-                q = p.quantize(v.const).astype(p.dtype)
+                q = p.weight_integers(v.const).astype(p.dtype)
                 zp = graph.add_constant(f"{name}_zero_point", np.zeros(scale.shape, p.dtype))
             qv = graph.add_constant(f"{name}_quantized", q)
             readers = v.uses()
