@@ -23,8 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--percentile", type=float, default=99.99, help="percentile for --calibration percentile")
     p.add_argument("--target-sqnr", type=float, default=None, metavar="DB",
                    help="raise the bits of the most sensitive tensors until this output SQNR")
-    p.add_argument("--quantize-outputs", action="store_true",
-                   help="round the graph outputs to n bits too (default: dequantized accumulators)")
+    p.add_argument("--float-outputs", action="store_true",
+                   help="leave the graph outputs float: the last ops' accumulators dequantized, not rounded")
     p.add_argument("--weight-rounding", choices=["gptq", "nearest"], default="gptq",
                    help="weight integers: error-compensating GPTQ on calibration data (default) or nearest")
     p.add_argument("--symmetric-only", action="store_true", help="switch the unsigned rule off (ablation)")
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                                 calibration=args.calibration, percentile=args.percentile,
                                 unsigned_rule=not args.symmetric_only, target_sqnr_db=args.target_sqnr,
                                 engine=args.engine, max_batches=args.max_batches,
-                                quantize_outputs=args.quantize_outputs,
+                                quantize_outputs=not args.float_outputs,
                                 weight_rounding=args.weight_rounding).checked()
     graph = load_model(args.model, shape_bindings(args))
     data = load_calibration(args.calib, graph)

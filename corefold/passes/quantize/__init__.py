@@ -31,8 +31,8 @@ class QuantizeSettings:
     ``weight_bits`` None means ``bits``. ``unsigned_rule`` False is the symmetric-only
     ablation. ``engine`` runs calibration on corefold's executor or on ONNX Runtime.
     ``max_batches`` bounds the calibration batches; ``mixed_batches`` the batches the
-    mixed-precision search measures on. ``quantize_outputs`` also rounds the graph outputs
-    to n bits (by default they are the dequantized accumulators of the last ops).
+    mixed-precision search measures on. ``quantize_outputs`` False leaves the graph outputs
+    float (the last ops' accumulators dequantized instead of rounded to n bits).
     ``weight_rounding`` is ``gptq`` (error-compensating, ``rounding.py``) or ``nearest``.
     """
 
@@ -46,7 +46,7 @@ class QuantizeSettings:
     engine: str = "corefold"
     max_batches: int | None = None
     mixed_batches: int = 4
-    quantize_outputs: bool = False
+    quantize_outputs: bool = True
     weight_rounding: str = "gptq"
 
     def checked(self) -> "QuantizeSettings":
