@@ -34,7 +34,7 @@ import quant_models  # noqa: E402
 
 def sqnr_db(ref: list[np.ndarray], test: list[np.ndarray]) -> float:
     sig = sum(float(np.sum(r.astype(np.float64) ** 2)) for r in ref)
-    noise = sum(float(np.sum((t.astype(np.float64) - r.astype(np.float64)) ** 2)) for r, t in zip(ref, test))
+    noise = sum(float(np.sum((t.astype(np.float64) - r.astype(np.float64)) ** 2)) for r, t in zip(ref, test, strict=False))
     return float("inf") if noise == 0 else 10 * np.log10(max(sig, 1e-300) / noise)
 
 
@@ -52,7 +52,12 @@ def run_all(path: str, samples: list[dict[str, np.ndarray]]) -> list[np.ndarray]
 
 
 def ort_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], symmetric: bool) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -70,6 +75,7 @@ def ort_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], symmetr
 def corefold_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], bits: int, unsigned: bool,
                       engine: str, calibration: str, quantize_outputs: bool = True) -> dict:
     from corefold.frontend.onnx import load_model, save_model
+
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
 
     graph = load_model(src)
@@ -138,7 +144,7 @@ def digits(args, tmp):
     evals = [{"image": xe[i:i + 1]} for i in range(len(xe))]
 
     def accuracy(ref, out):
-        return float(np.mean([o.argmax() == y for o, y in zip(out, ye)]))
+        return float(np.mean([o.argmax() == y for o, y in zip(out, ye, strict=False)]))
 
     rows = bench_model("digits_cnn", model, calib, evals, accuracy, args.bits, "corefold", args.calibration, tmp)
     return print_table(f"digits CNN ({len(calib)} calibration, {len(evals)} test images)", "accuracy", rows)
@@ -160,7 +166,7 @@ def minilm(args, tmp):
 
     def cosine(ref, out):
         return float(np.mean([float(np.dot(r.ravel(), o.ravel()) / (np.linalg.norm(r) * np.linalg.norm(o) + 1e-30))
-                              for r, o in zip(ref, out)]))
+                              for r, o in zip(ref, out, strict=False)]))
 
     rows = bench_model("minilm", model, calib, evals, cosine, args.bits, args.engine, args.calibration, tmp)
     return print_table(f"all-MiniLM-L6-v2 (seq {args.seq}, {len(calib)} calibration / {len(evals)} eval sentences)",
@@ -179,7 +185,7 @@ def light(args, tmp):
         shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
         data = [{inp.name: rng.uniform(0, 1, shape).astype(np.float32)} for _ in range(args.light_samples * 2)]
         rows = bench_model(name, model, data[:args.light_samples], data[args.light_samples:],
-                           lambda r, o: float(np.mean([np.argmax(a) == np.argmax(b) for a, b in zip(r, o)])),
+                           lambda r, o: float(np.mean([np.argmax(a) == np.argmax(b) for a, b in zip(r, o, strict=False)])),
                            args.bits, "onnxruntime", args.calibration, tmp)
         results[name] = print_table(f"{name} (constant-fill weights: coverage)", "top1 agree", rows)
     return results

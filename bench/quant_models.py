@@ -249,9 +249,9 @@ def minilm_onnx(seq: int = 32) -> onnx.ModelProto:
     for i in range(layers):
         pre = f"encoder.layer.{i}."
 
-        def lin(inp, name, key, _pre=pre):
-            y = node("MatMul", [inp, const(f"l{i}_{name}_w", w[_pre + key + ".weight"].T.copy())], f"l{i}_{name}_mm")
-            return node("Add", [y, const(f"l{i}_{name}_b", w[_pre + key + ".bias"])], f"l{i}_{name}")
+        def lin(inp, name, key, _pre=pre, _i=i):
+            y = node("MatMul", [inp, const(f"l{_i}_{name}_w", w[_pre + key + ".weight"].T.copy())], f"l{_i}_{name}_mm")
+            return node("Add", [y, const(f"l{_i}_{name}_b", w[_pre + key + ".bias"])], f"l{_i}_{name}")
 
         heads_out = {}
         for nm, key in (("q", "attention.self.query"), ("k", "attention.self.key"), ("v", "attention.self.value")):
@@ -322,5 +322,5 @@ SENTENCES = [
 
 
 def minilm_feeds(tok: WordPiece, sentences: list[str], seq: int) -> dict[str, np.ndarray]:
-    ids, masks = zip(*(tok.encode(s, seq) for s in sentences))
+    ids, masks = zip(*(tok.encode(s, seq) for s in sentences), strict=False)
     return {"input_ids": np.stack(ids), "attention_mask": np.stack(masks).astype(np.float32)}

@@ -18,9 +18,20 @@ from dataclasses import dataclass, field, replace
 
 from corefold.ir import Graph
 from corefold.passes.quantize.calibrate import (
-    CALIBRATION_METHODS, CalibrationSet, collect_statistics, load_calibration)
+    CALIBRATION_METHODS,
+    CalibrationSet,
+    collect_statistics,
+    load_calibration,
+)
 from corefold.passes.quantize.params import QuantizeError, QuantParams, check_bits
-from corefold.passes.quantize.qdq import PlanSettings, Selection, insert_qdq, make_plan, plan_to_json, select_tensors
+from corefold.passes.quantize.qdq import (
+    PlanSettings,
+    Selection,
+    insert_qdq,
+    make_plan,
+    plan_to_json,
+    select_tensors,
+)
 from corefold.passes.quantize.ranges import static_ranges
 
 

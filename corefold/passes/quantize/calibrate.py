@@ -164,7 +164,7 @@ class CalibrationSet:
         """Yield feeds ``{input: x[i:i+B]}`` with B the model's batch size, at most ``limit``."""
         b = self._batch
         done = 0
-        for f, count in zip(self.files, self.counts):
+        for f, count in zip(self.files, self.counts, strict=False):
             with np.load(f) as data:
                 arrays = {k: data[k] for k in self.graph_inputs}
                 for i in range(0, count - count % b, b):
@@ -283,5 +283,5 @@ def make_runner(graph: Graph, names: list[str], engine: str):
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.log_severity_level = 3
         sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        return lambda feeds: dict(zip(names, sess.run(names, feeds)))
+        return lambda feeds: dict(zip(names, sess.run(names, feeds), strict=False))
     raise ValueError(f"unknown calibration engine {engine!r} (corefold or onnxruntime)")

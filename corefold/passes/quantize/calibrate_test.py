@@ -3,7 +3,12 @@ import pytest
 
 from corefold.errors import DataError
 from corefold.ir import parse
-from corefold.passes.quantize.calibrate import RunningHistogram, TensorStats, clip_magnitude, load_calibration
+from corefold.passes.quantize.calibrate import (
+    RunningHistogram,
+    TensorStats,
+    clip_magnitude,
+    load_calibration,
+)
 
 
 def test_histogram_streaming_matches_one_shot():

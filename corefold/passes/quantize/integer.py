@@ -132,7 +132,7 @@ class IntegerRunner:
                 self.plan[q] = (src, act)
         self.integer_nodes = [q.name for q in self.plan]
         skip: set[Node] = set()
-        for q, (src, act) in self.plan.items():
+        for _q, (src, act) in self.plan.items():
             for n in (src, act):
                 if n is not None and all(c in self.plan or c is act for v in n.outputs for c in v.consumers()) \
                         and not any(v in graph.outputs for v in n.outputs):
@@ -265,7 +265,7 @@ class IntegerRunner:
             if fn is None:
                 raise UnsupportedOpError(f"node '{n.name}': no kernel for operator {n.op_type}")
             res = fn(n.attrs, [env[v.name] if v is not None else None for v in n.inputs])
-            for v, r in zip(n.outputs, res):
+            for v, r in zip(n.outputs, res, strict=False):
                 env[v.name] = r
         return {v.name: env[v.name] for v in self.graph.outputs}
 

@@ -43,7 +43,7 @@ def simulate(graph: Graph, plan: dict[str, QuantParams], feeds: dict[str, np.nda
     for n in graph.topological_order():
         args = [env[v.name] if v is not None else None for v in n.inputs]
         res = kernels[n.op_type](n.attrs, args)
-        for v, r in zip(n.outputs, res):
+        for v, r in zip(n.outputs, res, strict=False):
             p = plan.get(v.name)
             env[v.name] = p.fake_quantize(r) if p is not None else r
     return [env[v.name] for v in graph.outputs]
@@ -53,7 +53,7 @@ def sqnr_db(reference: list[np.ndarray], test: list[np.ndarray]) -> float:
     """Output SQNR in dB over all outputs pooled (inf when identical)."""
     sig = sum(float(np.sum(np.asarray(r, np.float64) ** 2)) for r in reference)
     noise = sum(float(np.sum((np.asarray(t, np.float64) - np.asarray(r, np.float64)) ** 2))
-                for r, t in zip(reference, test))
+                for r, t in zip(reference, test, strict=False))
     if noise == 0:
         return float("inf")
     return 10.0 * np.log10(max(sig, 1e-300) / noise)

@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 
 from corefold.passes.quantize.params import (
-    SYMMETRIC, UNSIGNED, QuantizeError, check_bits, integer_range, params_for_range, weight_params)
+    SYMMETRIC,
+    UNSIGNED,
+    QuantizeError,
+    check_bits,
+    integer_range,
+    params_for_range,
+    weight_params,
+)
 
 
 def test_seed_examples():

@@ -34,8 +34,15 @@ import numpy as np
 from corefold.ir import Graph, Node, Value
 from corefold.passes.quantize.calibrate import TensorStats, clip_magnitude
 from corefold.passes.quantize.params import (
-    SYMMETRIC, UNSIGNED, QuantParams, QuantizeError, choose_mode, integer_range, scale_factor,
-    weight_params)
+    SYMMETRIC,
+    UNSIGNED,
+    QuantizeError,
+    QuantParams,
+    choose_mode,
+    integer_range,
+    scale_factor,
+    weight_params,
+)
 from corefold.passes.quantize.ranges import Interval
 
 #: ops whose float inputs and outputs are quantized
@@ -152,7 +159,7 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
                     sel.skipped[v.name] = f"fused with its {act.op_type} '{act.name}'"
                     continue
                 acts[v.name] = None
-        for j, v in enumerate(node.outputs):
+        for v in node.outputs:
             if not _is_float(v):
                 continue
             act = _fused_activation(v, outs)
@@ -228,7 +235,7 @@ def make_plan(graph: Graph, sel: Selection, stats: dict[str, TensorStats], stati
     bits = bits or {}
     by_name = {v.name: v for v in graph.values()}
     plan: dict[str, QuantParams] = {}
-    for rep, members in sel.members().items():
+    for members in sel.members().values():
         lo = min(stats[t].minimum for t in members)
         hi = max(stats[t].maximum for t in members)
         known_nonneg = all(static.get(by_name[t], Interval(None, None)).non_negative for t in members)

@@ -137,6 +137,11 @@ def gptq_integers(w: np.ndarray, h: np.ndarray, scale: np.ndarray, qmin: int, qm
     return q
 
 
+def _layer_error(w: np.ndarray, q: np.ndarray, scale: np.ndarray, h: np.ndarray) -> float:
+    e = w - q * scale[:, None]
+    return float(np.sum((e @ h) * e))
+
+
 def gptq_round(hessians: HessianSet, consts: dict[str, np.ndarray], plan: dict[str, QuantParams]) -> dict[str, np.ndarray]:
     """GPTQ integers (int64, the weight's shape) for every weight with a Hessian in ``plan``.
 
@@ -158,10 +163,6 @@ def gptq_round(hessians: HessianSet, consts: dict[str, np.ndarray], plan: dict[s
         q = gptq_integers(mat, h, scale, p.qmin, p.qmax)
         nearest = np.clip(np.rint(mat / scale[:, None]), p.qmin, p.qmax)
 
-        def err(qq):
-            e = mat - qq * scale[:, None]
-            return float(np.sum((e @ h) * e))
-
-        if err(q) < err(nearest):
+        if _layer_error(mat, q, scale, h) < _layer_error(mat, nearest, scale, h):
             out[w] = _from_matrix(node, q, const.shape).astype(np.int64)
     return out
