@@ -285,11 +285,11 @@ def insert_qdq(graph: Graph, plan: dict[str, QuantParams]) -> Graph:
             if p.bits == 32:
                 q = _int32_params_quantize(p, v.const)
                 zp = graph.add_constant(f"{name}_zero_point", np.zeros(scale.shape, np.int32))
-            elif v.const.size > 1 and all(st == 0 for st in v.const.strides) and p.integers is None:
-                # a splat (ConstantOfShape fill) stays a splat
-                q = np.broadcast_to(p.quantize(v.const.reshape(-1)[:1]).astype(p.dtype).reshape(()), v.const.shape)
             else:
                 q = p.weight_integers(v.const).astype(p.dtype)
+                if v.const.size > 1 and all(st == 0 for st in v.const.strides) and np.all(q == q.flat[0]):
+                    # a splat (ConstantOfShape fill) stays a splat
+                    q = np.broadcast_to(q.reshape(-1)[:1].reshape(()), v.const.shape)
                 zp = graph.add_constant(f"{name}_zero_point", np.zeros(scale.shape, p.dtype))
             qv = graph.add_constant(f"{name}_quantized", q)
             readers = v.uses()
