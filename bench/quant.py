@@ -73,7 +73,8 @@ def ort_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], symmetr
 
 
 def corefold_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], bits: int, unsigned: bool,
-                      engine: str, calibration: str, quantize_outputs: bool = True) -> dict:
+                      engine: str, calibration: str, quantize_outputs: bool = True,
+                      target_sqnr: float | None = None) -> dict:
     from corefold.frontend.onnx import load_model, save_model
 
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
@@ -85,22 +86,28 @@ def corefold_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], bi
         data = load_calibration(npz, graph)
         res = quantize_graph(graph, data, QuantizeSettings(bits=bits, unsigned_rule=unsigned, engine=engine,
                                                            calibration=calibration,
-                                                           quantize_outputs=quantize_outputs), progress=False)
+                                                           quantize_outputs=quantize_outputs,
+                                                           target_sqnr_db=target_sqnr, mixed_batches=2),
+                             progress=False)
     save_model(res.graph, dst)
     return res.report
 
 
 def bench_model(name: str, model: onnx.ModelProto, calib, evals, metric, bits: int, engine: str,
-                calibration: str, tmp: str) -> list[tuple]:
+                calibration: str, tmp: str, target_sqnr: float | None = None) -> list[tuple]:
     src = os.path.join(tmp, f"{name}.onnx")
     onnx.save(model, src)
     ref = run_all(src, evals)
+    report: dict = {}
     rows = [("float", sqnr_db(ref, ref), metric(ref, ref), os.path.getsize(src), 0.0)]
     configs = [("ort-u8/s8", lambda d: ort_quantize(src, d, calib, False)),
                ("ort-s8/s8", lambda d: ort_quantize(src, d, calib, True)),
                ("corefold", lambda d: corefold_quantize(src, d, calib, bits, True, engine, calibration)),
                ("cf-symmetric", lambda d: corefold_quantize(src, d, calib, bits, False, engine, calibration)),
                ("cf-float-out", lambda d: corefold_quantize(src, d, calib, bits, True, engine, calibration, False))]
+    if target_sqnr is not None:
+        configs.append((f"cf-mixed@{target_sqnr:g}", lambda d: report.update(
+            corefold_quantize(src, d, calib, bits, True, engine, calibration, True, target_sqnr))))
     for cname, fn in configs:
         dst = os.path.join(tmp, f"{name}.{cname.replace('/', '_')}.onnx")
         t0 = time.perf_counter()
@@ -117,6 +124,13 @@ def bench_model(name: str, model: onnx.ModelProto, calib, evals, metric, bits: i
                          f"RUN FAILED: {type(exc).__name__}: {str(exc)[:150]}"))
             continue
         rows.append((cname, sqnr_db(ref, out), metric(ref, out), os.path.getsize(dst), secs))
+    if report.get("mixed_precision"):
+        m = report["mixed_precision"]
+        raised = [f"{r['unit']}:{r['from_bits']}->{r['to_bits']}" for r in m["raises"]]
+        print(f"[{name}] mixed precision: simulated SQNR {m['start_sqnr_db']:.2f} -> {m['final_sqnr_db']:.2f} dB "
+              f"(target {m['target_sqnr_db']}), {len(raised)} raised: {', '.join(raised[:12])}"
+              f"{' ...' if len(raised) > 12 else ''}; +{m['weight_bytes_added']} weight bytes, "
+              f"+{m['activation_bytes_added']} activation bytes")
     return rows
 
 
@@ -168,7 +182,8 @@ def minilm(args, tmp):
         return float(np.mean([float(np.dot(r.ravel(), o.ravel()) / (np.linalg.norm(r) * np.linalg.norm(o) + 1e-30))
                               for r, o in zip(ref, out, strict=False)]))
 
-    rows = bench_model("minilm", model, calib, evals, cosine, args.bits, args.engine, args.calibration, tmp)
+    rows = bench_model("minilm", model, calib, evals, cosine, args.bits, args.engine, args.calibration, tmp,
+                       target_sqnr=args.minilm_target_sqnr)
     return print_table(f"all-MiniLM-L6-v2 (seq {args.seq}, {len(calib)} calibration / {len(evals)} eval sentences)",
                        "cosine", rows)
 
@@ -200,6 +215,8 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=32, help="MiniLM sequence length")
     ap.add_argument("--engine", default="onnxruntime", choices=["corefold", "onnxruntime"],
                     help="calibration engine for MiniLM (digits always uses corefold's executor)")
+    ap.add_argument("--minilm-target-sqnr", type=float, default=None, metavar="DB",
+                    help="also run corefold's mixed precision on MiniLM to this output SQNR")
     ap.add_argument("--light-samples", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

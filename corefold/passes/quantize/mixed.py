@@ -23,8 +23,30 @@ from corefold.ir import Graph
 from corefold.passes.quantize.params import SUPPORTED_BITS, QuantParams
 
 
+_CONST_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def _fake_constant(name: str, p: QuantParams, const: np.ndarray) -> np.ndarray:
+    key = (name, id(const), p.mode, p.bits, np.asarray(p.k).tobytes(), id(p.integers))
+    hit = _CONST_CACHE.get(key)
+    if hit is None:
+        if len(_CONST_CACHE) > 4096:
+            _CONST_CACHE.clear()
+        if p.bits == 32:
+            s = np.asarray(1.0 / p.k)
+            s = s.reshape([-1] + [1] * (const.ndim - 1)) if s.ndim else s
+            hit = (np.rint(const / s) * s).astype(const.dtype)
+        else:
+            hit = p.dequantize(p.weight_integers(const))
+        _CONST_CACHE[key] = hit
+    return hit
+
+
 def simulate(graph: Graph, plan: dict[str, QuantParams], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The graph outputs with every tensor of ``plan`` fake-quantized where it is produced."""
+    """The graph outputs with every tensor of ``plan`` fake-quantized where it is produced.
+
+    Quantized constants are cached across calls (keyed by the constant and its parameters).
+    """
     kernels = load_all()
     env: dict[str, np.ndarray] = {}
     for v in graph.inputs:
@@ -32,14 +54,7 @@ def simulate(graph: Graph, plan: dict[str, QuantParams], feeds: dict[str, np.nda
         env[v.name] = plan[v.name].fake_quantize(x) if v.name in plan else x
     for v in graph.constants.values():
         p = plan.get(v.name)
-        if p is None:
-            env[v.name] = v.const
-        elif p.bits == 32:
-            s = np.asarray(1.0 / p.k)
-            s = s.reshape([-1] + [1] * (v.const.ndim - 1)) if s.ndim else s
-            env[v.name] = (np.rint(v.const / s) * s).astype(v.const.dtype)
-        else:
-            env[v.name] = p.dequantize(p.weight_integers(v.const))
+        env[v.name] = v.const if p is None else _fake_constant(v.name, p, v.const)
     for n in graph.topological_order():
         args = [env[v.name] if v is not None else None for v in n.inputs]
         res = kernels[n.op_type](n.attrs, args)
