@@ -22,7 +22,6 @@ from corefold.executor.registry import load_all
 from corefold.ir import Graph
 from corefold.passes.quantize.params import SUPPORTED_BITS, QuantParams
 
-
 _CONST_CACHE: dict[tuple, np.ndarray] = {}
 
 
