@@ -1,7 +1,7 @@
 """QuantizeLinear / DequantizeLinear (ONNX opset 21, per-tensor and per-axis).
 
 ``QuantizeLinear``: ``y = saturate(round_half_even(x / y_scale) + y_zero_point)`` in the
-zero point's type (uint8 when absent); ``DequantizeLinear``: ``y = (x - x_zero_point) *
+zero point's type (when absent: ``output_dtype``, else uint8); ``DequantizeLinear``: ``y = (x - x_zero_point) *
 x_scale``. A 1-D scale with ``axis`` scales slices along that axis. 4-bit types are the
 ml_dtypes ``int4``/``uint4``. Blocked quantization (``block_size`` > 0) is not supported.
 """
@@ -31,10 +31,21 @@ def _per_axis(a: np.ndarray, ndim: int, axis: int) -> np.ndarray:
     return a.reshape(shape)
 
 
+def _dtype(name) -> np.dtype:
+    if str(name) in ("int4", "uint4"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, str(name)))
+    return np.dtype(name)
+
+
 @kernel("QuantizeLinear")
 def quantize_linear(attrs, inputs):
     x, scale = inputs[0], inputs[1]
-    zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros((), np.uint8)
+    zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+    if zp is None:
+        out = attrs.get("output_dtype")
+        zp = np.zeros((), _dtype(out) if out not in (None, 0, "") else np.uint8)
     if attrs.get("block_size", 0):
         raise UnsupportedOpError("QuantizeLinear with block_size is not supported")
     axis = int(attrs.get("axis", 1))

@@ -23,3 +23,8 @@ def test_per_axis_and_int4():
     assert q.astype(np.int64).tolist() == [[2, -2], [4, -8]]
     back = dequantize_linear({"axis": 0}, [q, s, np.zeros(2, ml_dtypes.int4)])[0]
     np.testing.assert_array_equal(back, [[1.0, -1.0], [4.0, -8.0]])
+
+
+def test_output_dtype_without_zero_point():
+    q = quantize_linear({"output_dtype": "int8"}, [np.array([-1.0, 2.0], np.float32), np.float32(0.5)])[0]
+    assert q.dtype == np.int8 and q.tolist() == [-2, 4]
