@@ -76,7 +76,6 @@ def corefold_quantize(src: str, dst: str, calib: list[dict[str, np.ndarray]], bi
                       engine: str, calibration: str, quantize_outputs: bool = True,
                       target_sqnr: float | None = None) -> dict:
     from corefold.frontend.onnx import load_model, save_model
-
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
 
     graph = load_model(src)

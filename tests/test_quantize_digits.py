@@ -19,8 +19,8 @@ if "Conv" not in load_all():
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import quant_models  # noqa: E402
-from corefold.frontend.onnx import load_model, save_model  # noqa: E402
 
+from corefold.frontend.onnx import load_model, save_model  # noqa: E402
 from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph  # noqa: E402
 from corefold.passes.quantize.integer import IntegerRunner  # noqa: E402
 
