@@ -6,18 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from corefold.executor.registry import load_all
+from corefold.executor import run
+from corefold.frontend.onnx import to_onnx
 from corefold.ir import parse
-
-pytest.importorskip("corefold.frontend.onnx")
-if "Conv" not in load_all():
-    pytest.skip("float kernels not available", allow_module_level=True)
-
-from corefold.executor import run  # noqa: E402
-from corefold.frontend.onnx import to_onnx  # noqa: E402
-from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph  # noqa: E402
-from corefold.passes.quantize.integer import IntegerRunner  # noqa: E402
-from corefold.passes.quantize.params import SYMMETRIC, UNSIGNED  # noqa: E402
+from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+from corefold.passes.quantize.integer import IntegerRunner
+from corefold.passes.quantize.params import SYMMETRIC, UNSIGNED
 
 
 def _conv_text(rng) -> str:
