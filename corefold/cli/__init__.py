@@ -18,6 +18,8 @@ from corefold.errors import CorefoldError
 COMMANDS: list[tuple[str, str, str]] = [
     ("inspect", "corefold.cli.inspect", "print a model's ops, parameters, MACs, memory and time on a target"),
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
+    ("split", "corefold.cli.split", "cut operators whose data exceeds a core's memory into same-type pieces"),
+    ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
     ("quantize", "corefold.cli.quantize", "range-aware post-training quantization to a QDQ ONNX model"),
     ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
 ]
