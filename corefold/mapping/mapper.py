@@ -120,7 +120,8 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     limit = np.maximum(np.floor(caps * settings.matching_limit), 1).astype(np.int64)
     with _bar(show, "coarsen") as bar:
         levels = coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
-                         settings.max_levels, min_vertices=2 * k, progress=lambda nc: bar.update(1))
+                         settings.max_levels, min_vertices=2 * k,
+                         expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1))
     times["coarsen"] = time.perf_counter() - t
 
     # 2. initial partition of the coarsest graph
@@ -142,23 +143,28 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     del top
     times["initial"] = time.perf_counter() - t
 
+    trace: list = []
     # 3. uncoarsen and refine (placement of the coarse groups first, when topology-aware)
     t = time.perf_counter()
     with _bar(show, "uncoarsen", total=len(levels)) as bar:
         for li in range(len(levels) - 1, -1, -1):
             lv = levels[li]
+            slack = settings.coarse_slack * li / max(len(levels) - 1, 1)
+            level_caps = np.floor(slot_caps * (1.0 + slack)).astype(np.int64)
             if li < len(levels) - 1:
                 part = part[lv.coarse_of]
                 levels[li + 1] = None  # free the coarser level
-            repair_capacity(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, slot_caps, dist)
+            repair_capacity(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist)
             if topology_aware and li == len(levels) - 1:
                 q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
                                   settings.debug)
                 dist = dist_all[np.ix_(pos, pos)]
-            refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, slot_caps, dist, rng,
-                   settings.refine_passes, settings.debug)
+            gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
+                          settings.refine_passes, settings.debug)
+            if settings.trace:
+                trace.append((lv.n, objectives._edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
             bar.update(1)
     finest = levels[0]
     times["uncoarsen"] = time.perf_counter() - t
@@ -188,6 +194,7 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
         "levels": len(levels),
         "coarsest_vertices": int(coarsest_vertices),
         "time": times,
+        "trace": trace,
         "seconds": time.perf_counter() - t0,
     }
     return Mapping(core_xy, summary)

@@ -33,7 +33,13 @@ class MapSettings:
         force_iterations: maximum force-directed iterations.
         swap_passes: passes of exact pairwise-swap search on the group graph (0 = off).
         swap_radius: a group is tried against cores within this many hops of its place.
+        matching_rating: ``"weight"`` (the seed's heaviest edge) or ``"expansion"``
+            (w^2 / (n_u n_v)).
+        coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
+            capacity, shrinking linearly to 0 at the finest level, where repair enforces
+            the exact capacity.
         debug: recompute every incremental cost from scratch and raise on mismatch.
+        trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
 
     matching_limit: float = 1.0 / 15.0
@@ -48,7 +54,10 @@ class MapSettings:
     force_iterations: int = 50
     swap_passes: int = 3
     swap_radius: int = 3
+    matching_rating: str = "weight"
+    coarse_slack: float = 0.0
     debug: bool = False
+    trace: bool = False
 
     @classmethod
     def preset(cls, name: str) -> "MapSettings":

@@ -36,8 +36,11 @@ class Level:
 
 
 @njit(cache=True)
-def heavy_edge_matching(indptr, indices, weights, loads, limit, order):
+def heavy_edge_matching(indptr, indices, weights, loads, limit, order, expansion=False):
     """Match along heaviest admissible edges in ``order``.
+
+    With ``expansion`` the rating is w^2 / (n_u n_v) (KaHIP's expansion*2: prefers light
+    vertices, so coarse vertices stay even); otherwise the edge weight (the seed).
 
     Returns:
         (mate, matched_weight): mate[v] = partner or v itself; the summed weight of
@@ -50,6 +53,7 @@ def heavy_edge_matching(indptr, indices, weights, loads, limit, order):
         if mate[v] != -1:
             continue
         best = -1
+        best_e = -1
         best_w = -1.0
         l0 = loads[v, 0]
         l1 = loads[v, 1]
@@ -60,13 +64,16 @@ def heavy_edge_matching(indptr, indices, weights, loads, limit, order):
             if l0 + loads[u, 0] > limit[0] or l1 + loads[u, 1] > limit[1]:
                 continue
             w = weights[e]
+            if expansion:
+                w = w * w / (max(l0, 1) * max(loads[u, 0], 1))
             if w > best_w:
                 best_w = w
                 best = u
+                best_e = e
         if best >= 0:
             mate[v] = best
             mate[best] = v
-            matched += best_w
+            matched += weights[best_e]
         else:
             mate[v] = v
     return mate, matched
@@ -149,7 +156,7 @@ def finest_level(topo: Topology, loads: np.ndarray) -> Level:
 
 def coarsen(finest: Level, limit: np.ndarray, rng: np.random.Generator, repeats: int = 4,
             min_shrink: float = 0.2, max_levels: int = 40, min_vertices: int = 1,
-            progress=None) -> list[Level]:
+            expansion: bool = False, progress=None) -> list[Level]:
     """Build the hierarchy [finest, ..., coarsest].
 
     Args:
@@ -160,6 +167,7 @@ def coarsen(finest: Level, limit: np.ndarray, rng: np.random.Generator, repeats:
         min_shrink: stop once a level would remove fewer than this fraction of vertices.
         max_levels: stop after this many levels.
         min_vertices: never coarsen a graph with this many vertices or fewer.
+        expansion: rate edges by w^2 / (n_u n_v) instead of w.
         progress: optional callable(n_vertices) called per level.
 
     Complexity: O(repeats * m) per level; levels shrink geometrically.
@@ -174,7 +182,7 @@ def coarsen(finest: Level, limit: np.ndarray, rng: np.random.Generator, repeats:
         best_mate, best_w = None, -1.0
         for _ in range(max(1, repeats)):
             order = rng.permutation(n)
-            mate, w = heavy_edge_matching(cur.indptr, cur.indices, cur.weights, cur.loads, limit, order)
+            mate, w = heavy_edge_matching(cur.indptr, cur.indices, cur.weights, cur.loads, limit, order, expansion)
             if w > best_w:
                 best_mate, best_w = mate, w
         nc = int(np.count_nonzero(best_mate >= np.arange(n)))
