@@ -43,11 +43,11 @@ class Mapping:
     summary: dict = field(default_factory=dict)
 
 
-def _bar(enabled: bool, desc: str, total: int | None = None):
+def _bar(enabled: bool, desc: str, total: int | None = None, disable_reason: bool = False):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False,
-                disable=not enabled)
+                disable=not enabled or disable_reason)
 
 
 def core_capacities(target) -> np.ndarray:
@@ -118,8 +118,9 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     # 1. coarsen
     t = time.perf_counter()
     limit = np.maximum(np.floor(caps * settings.matching_limit), 1).astype(np.int64)
-    with _bar(show, "coarsen") as bar:
-        levels = coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
+    multilevel = settings.bisection_level == "finest"
+    with _bar(show, "coarsen", disable_reason=multilevel) as bar:
+        levels = [finest_level(topo, loads)] if multilevel else coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
                          settings.max_levels, min_vertices=2 * k,
                          expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1))
     times["coarsen"] = time.perf_counter() - t
@@ -129,10 +130,11 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     top = levels[-1]
     topology_aware = settings.strategy == "topology"
     split = region_split(slots_xy) if topology_aware else halves
-    with _bar(show, "initial partition") as bar:
+    with _bar(show, "initial partition", total=k) as bar:
         part = recursive_bisection(top.indptr, top.indices, top.weights, top.loads, slot_caps, split, rng,
-                                   settings.bisection_restarts)
-        bar.update(1)
+                                   settings.bisection_restarts, slots_xy if topology_aware else None,
+                                   multilevel, settings.matching_repeats, settings.min_shrink,
+                                   progress=bar.update, bias_scale=settings.bias_scale)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -159,7 +161,7 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
                 q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
-                                  settings.debug)
+                                  settings.debug, settings.anneal_steps_per_group * k)
                 dist = dist_all[np.ix_(pos, pos)]
             gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
                           settings.refine_passes, settings.debug)
@@ -176,7 +178,8 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
         if not topology_aware:
             pos = grid[slots_xy[:, 1], slots_xy[:, 0]][place_groups(q, slots_xy, rng, settings.bisection_restarts)]
         improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
-                          settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug)
+                          settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
+                          settings.anneal_steps_per_group * k)
         dist = dist_all[np.ix_(pos, pos)]
         if topology_aware or settings.swap_passes > 0:
             refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,

@@ -33,6 +33,12 @@ class MapSettings:
         force_iterations: maximum force-directed iterations.
         swap_passes: passes of exact pairwise-swap search on the group graph (0 = off).
         swap_radius: a group is tried against cores within this many hops of its place.
+        anneal_steps_per_group: simulated-annealing swap trials per group on the group graph
+            before the force-directed swaps (0 = off, as in the seed).
+        bisection_level: ``"coarsest"`` bisects the coarsest graph of the hierarchy (seed);
+            ``"finest"`` runs every bisection multilevel on the neuron graph itself
+            (coarsen the part, grow, FM while uncoarsening), as Scotch does.
+        bias_scale: weight of the outside-neighbour pull in topology-aware bisections.
         matching_rating: ``"weight"`` (the seed's heaviest edge) or ``"expansion"``
             (w^2 / (n_u n_v)).
         coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
@@ -55,6 +61,9 @@ class MapSettings:
     swap_passes: int = 3
     swap_radius: int = 3
     matching_rating: str = "weight"
+    bisection_level: str = "coarsest"
+    bias_scale: float = 0.1
+    anneal_steps_per_group: int = 2000
     coarse_slack: float = 0.0
     debug: bool = False
     trace: bool = False
@@ -75,7 +84,7 @@ class MapSettings:
             return cls(matching_repeats=8, bisection_restarts=8, refine_passes=6, swap_passes=6,
                        swap_radius=5, force_iterations=200)
         if name == "seed":
-            return cls(strategy="seed", swap_passes=0)
+            return cls(strategy="seed", swap_passes=0, anneal_steps_per_group=0)
         raise ValueError(f"unknown mapper preset {name!r} (known: {', '.join(PRESETS)})")
 
     def with_debug(self, debug: bool = True) -> "MapSettings":

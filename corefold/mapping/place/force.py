@@ -144,6 +144,60 @@ def _pairwise_pass(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, radius, o
     return gain
 
 
+@njit(cache=True)
+def _anneal(qptr, qidx, qw, pos, occupant, dist, steps, t0, t1, seed):
+    np.random.seed(seed)
+    k = pos.shape[0]
+    c = occupant.shape[0]
+    cur = 0.0
+    for a in range(k):
+        for e in range(qptr[a], qptr[a + 1]):
+            cur += qw[e] * dist[pos[a], pos[qidx[e]]]
+    cur *= 0.5
+    best = cur
+    best_pos = pos.copy()
+    for step in range(steps):
+        temp = t0 * (t1 / t0) ** (step / steps)
+        a = np.random.randint(k)
+        cb = np.random.randint(c)
+        if cb == pos[a]:
+            continue
+        d = swap_delta(qptr, qidx, qw, pos, occupant, dist, a, cb)
+        if d <= 0.0 or np.random.random() < np.exp(-d / temp):
+            _apply_swap(pos, occupant, a, cb)
+            cur += d
+            if cur < best - 1e-9:
+                best = cur
+                best_pos[:] = pos
+    return best, best_pos
+
+
+def anneal_placement(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray, num_cores: int, steps: int,
+                     seed: int) -> float:
+    """Simulated annealing over group moves/swaps (beyond the seed); keeps the best seen.
+
+    Temperature falls geometrically from the mean |delta| of random swaps to 1/1000 of it.
+    Updates ``pos`` in place; returns the decrease of hop-weighted traffic. O(steps * deg).
+    """
+    if q.nnz == 0 or steps <= 0:
+        return 0.0
+    qptr = q.indptr.astype(np.int64)
+    qidx = q.indices.astype(np.int64)
+    qw = q.data.astype(np.float64)
+    occupant = np.full(num_cores, -1, np.int64)
+    occupant[pos] = np.arange(pos.shape[0])
+    before = _traffic(q, pos, dist)
+    rng = np.random.default_rng(seed)
+    sample = [abs(swap_delta(qptr, qidx, qw, pos, occupant, dist, int(a), int(c)))
+              for a, c in zip(rng.integers(0, pos.shape[0], 64), rng.integers(0, num_cores, 64))]
+    t0 = max(float(np.mean(sample)), 1e-9)
+    best, best_pos = _anneal(qptr, qidx, qw, pos.copy(), occupant, dist, steps, t0, t0 * 1e-3, seed)
+    if best < before:
+        pos[:] = best_pos
+        return before - best
+    return 0.0
+
+
 def _traffic(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray) -> float:
     coo = q.tocoo()
     return float(0.5 * np.sum(coo.data * dist[pos[coo.row], pos[coo.col]]))
@@ -152,8 +206,8 @@ def _traffic(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray) -> float:
 def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, dist: np.ndarray,
                       width: int, height: int, rng: np.random.Generator, fraction: float = 0.05,
                       iterations: int = 50, swap_passes: int = 3, radius: int = 3,
-                      debug: bool = False) -> float:
-    """Force-directed swaps, then exact pairwise swaps; updates ``pos`` in place.
+                      debug: bool = False, anneal_steps: int = 0) -> float:
+    """Annealing (optional), force-directed swaps, then exact pairwise swaps; updates ``pos``.
 
     Args:
         q: group graph (k, k) CSR.
@@ -176,7 +230,12 @@ def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, di
     occupant = np.full(c, -1, np.int64)
     occupant[pos] = np.arange(pos.shape[0])
     before = _traffic(q, pos, dist) if debug else 0.0
-    gain = _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fraction, iterations, radius)
+    gain = 0.0
+    if anneal_steps > 0:
+        gain += anneal_placement(q, pos, dist, c, anneal_steps, int(rng.integers(2**31)))
+        occupant[:] = -1
+        occupant[pos] = np.arange(pos.shape[0])
+    gain += _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fraction, iterations, radius)
     for _ in range(swap_passes):
         g = _pairwise_pass(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, radius,
                            rng.permutation(pos.shape[0]).astype(np.int64))

@@ -107,7 +107,7 @@ def place_groups(q: sp.csr_matrix, slots_xy: np.ndarray, rng: np.random.Generato
     loads = np.ones((k, 1), np.int64)
     caps = np.ones((s, 1), np.int64)
     slot = recursive_bisection(q.indptr.astype(np.int64), q.indices.astype(np.int32), q.data.astype(np.float64),
-                               loads, caps, region_split(slots_xy), rng, restarts)
+                               loads, caps, region_split(slots_xy), rng, restarts, slot_xy=slots_xy)
     # the bisection targets are floors of exact shares with unit loads, so every slot
     # receives at most one group; check, then fill any leftovers into free slots
     taken = np.zeros(s, bool)
