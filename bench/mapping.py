@@ -147,6 +147,15 @@ def bench_graphs():
 
 
 # ---------------------------------------------------------------- methods
+def _vm_hwm_mib() -> float:
+    """This process's peak resident memory (VmHWM; ru_maxrss would include the parent's)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _worker(method, graph_path, mesh, caps, seed, out_path):
     z = np.load(graph_path)
     topo = Topology(z["indptr"], z["indices"], z["weights"], z["neuron_sizes"], z["synapses"])
@@ -161,7 +170,7 @@ def _worker(method, graph_path, mesh, caps, seed, out_path):
                          synapses_per_core=caps[1])
         tiny = small_world_topology(3000, 6, 0.1, 0)
         map_topology(tiny, replace(target, neurons_per_core=1024), seed=seed, progress=False)  # numba warm-up
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _vm_hwm_mib()
     t0 = time.perf_counter()
     if method == "metis":
         import pymetis
@@ -192,10 +201,10 @@ def _worker(method, graph_path, mesh, caps, seed, out_path):
         mapping = map_topology(topo, target, seed=seed, progress=False)
         core_xy = mapping.core_xy
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _vm_hwm_mib()
     np.save(out_path, core_xy)
     with open(out_path + ".json", "w") as f:
-        json.dump({"seconds": seconds, "peak_rss_mib": peak / 1024, "rss_before_mib": rss0 / 1024}, f)
+        json.dump({"seconds": seconds, "peak_rss_mib": peak, "rss_before_mib": rss0}, f)
 
 
 def run_method(method, graph_path, mesh, caps, seed, tmpdir):
@@ -228,11 +237,13 @@ def bench(seed: int, methods):
                 res[method] = {"cut": ev["cut"], "traffic": ev["traffic"], "lower_bound": ev["lower_bound"],
                                "max_link": ev["max_link_load"], "over_n": int(ev["violations"][0]),
                                "over_s": int(ev["violations"][1]), "max_fill": int(ev["fill"][:, 0].max()),
-                               "seconds": info["seconds"], "peak_mib": info["peak_rss_mib"]}
+                               "seconds": info["seconds"], "peak_mib": info["peak_rss_mib"],
+                               "extra_mib": info["peak_rss_mib"] - info["rss_before_mib"]}
                 r = res[method]
                 print(f"  {method:<9} cut {r['cut']:.4g}  traffic {r['traffic']:.4g}  (bound {r['lower_bound']:.4g})"
                       f"  max link {r['max_link']:.4g}  cores over n/s {r['over_n']}/{r['over_s']}"
-                      f" (max {r['max_fill']})  {r['seconds']:.2f} s  {r['peak_mib']:.0f} MiB", flush=True)
+                      f" (max {r['max_fill']})  {r['seconds']:.2f} s  peak {r['peak_mib']:.0f} MiB"
+                      f" (+{r['extra_mib']:.0f} over the loaded graph)", flush=True)
             rows.append((name, res))
     ref = "scotch" if "scotch" in methods else methods[0]
     print(f"\nratios to {ref} (lower is better; 'over' = cores over neurons/synapses capacity)")
@@ -254,7 +265,7 @@ def scale(seed: int, n: int, degree: int):
     t0 = time.perf_counter()
     topo = banded_topology(n, degree)
     gen = time.perf_counter() - t0
-    rss_graph = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rss_graph = _vm_hwm_mib() / 1024
     print(f"banded graph: {n} neurons, {topo.indices.size} synapses (CSR entries), generated in {gen:.1f} s, "
           f"peak RSS so far {rss_graph:.2f} GiB", flush=True)
     target = load_target("neuromorphic")  # 4 chips of 16x16 cores, 1024 neurons / 65536 synapses
@@ -262,7 +273,7 @@ def scale(seed: int, n: int, degree: int):
     t0 = time.perf_counter()
     m = map_topology(topo, target, seed=seed, progress=True)
     t = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak = _vm_hwm_mib() / 1024
     ev = objectives.evaluate(topo, m.core_xy, target.width, target.height, target.mesh_width, target.mesh_height,
                              target.interchip_hop_cost, (target.neurons_per_core, target.synapses_per_core))
     print(f"mapped in {t:.1f} s, peak RSS {peak:.2f} GiB; cores {ev['cores_used']}, cut {ev['cut']:.4g}, "

@@ -161,7 +161,7 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
                 q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
-                                  settings.debug, settings.anneal_steps_per_group * k)
+                                  settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps))
                 dist = dist_all[np.ix_(pos, pos)]
             gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
                           settings.refine_passes, settings.debug)
@@ -179,14 +179,14 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
             pos = grid[slots_xy[:, 1], slots_xy[:, 0]][place_groups(q, slots_xy, rng, settings.bisection_restarts)]
         improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
-                          settings.anneal_steps_per_group * k)
+                          min(settings.anneal_steps_per_group * k, settings.anneal_max_steps))
         dist = dist_all[np.ix_(pos, pos)]
         if topology_aware or settings.swap_passes > 0:
             refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,
                    rng, settings.refine_passes, settings.debug)
         bar.update(1)
     left = repair_capacity(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
-                           dist, rounds=100)
+                           dist, rounds=100, rng=rng)
     if left:
         raise CapacityError(f"could not fit {total[0]} neurons / {total[1]} synapses into {k} cores of "
                             f"{caps[0]} / {caps[1]}: {left} cores stay over capacity")

@@ -34,11 +34,14 @@ class MapSettings:
         swap_passes: passes of exact pairwise-swap search on the group graph (0 = off).
         swap_radius: a group is tried against cores within this many hops of its place.
         anneal_steps_per_group: simulated-annealing swap trials per group on the group graph
-            before the force-directed swaps (0 = off, as in the seed).
+            before the force-directed swaps (0 = off, as in the seed), at most
+            ``anneal_max_steps`` in all.
         bisection_level: ``"coarsest"`` bisects the coarsest graph of the hierarchy (seed);
             ``"finest"`` runs every bisection multilevel on the neuron graph itself
             (coarsen the part, grow, FM while uncoarsening), as Scotch does.
-        bias_scale: weight of the outside-neighbour pull in topology-aware bisections.
+        bias_scale: weight of the outside-neighbour pull in topology-aware bisections
+            (Scotch's external gains; 0 by default: on the bench it did not pay, the
+            annealing places the parts instead).
         matching_rating: ``"weight"`` (the seed's heaviest edge) or ``"expansion"``
             (w^2 / (n_u n_v)).
         coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
@@ -61,9 +64,10 @@ class MapSettings:
     swap_passes: int = 3
     swap_radius: int = 3
     matching_rating: str = "weight"
-    bisection_level: str = "coarsest"
-    bias_scale: float = 0.1
-    anneal_steps_per_group: int = 2000
+    bisection_level: str = "finest"
+    bias_scale: float = 0.0
+    anneal_steps_per_group: int = 100_000
+    anneal_max_steps: int = 20_000_000
     coarse_slack: float = 0.0
     debug: bool = False
     trace: bool = False
@@ -78,13 +82,13 @@ class MapSettings:
         if name == "default":
             return cls()
         if name == "fast":
-            return cls(matching_repeats=2, bisection_restarts=2, refine_passes=1, swap_passes=1,
-                       force_iterations=20)
+            return cls(matching_repeats=1, bisection_restarts=2, refine_passes=1, swap_passes=1,
+                       force_iterations=20, anneal_steps_per_group=20_000)
         if name == "strong":
             return cls(matching_repeats=8, bisection_restarts=8, refine_passes=6, swap_passes=6,
-                       swap_radius=5, force_iterations=200)
+                       swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000)
         if name == "seed":
-            return cls(strategy="seed", swap_passes=0, anneal_steps_per_group=0)
+            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0)
         raise ValueError(f"unknown mapper preset {name!r} (known: {', '.join(PRESETS)})")
 
     def with_debug(self, debug: bool = True) -> "MapSettings":

@@ -367,7 +367,7 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
     for li in range(len(levels) - 2, -1, -1):
         lv = levels[li]
         side = side[lv.coarse_of]
-        fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, min(max(50, lv.n // 50), 2000), biases[li])
+        fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20), biases[li])
     return side
 
 

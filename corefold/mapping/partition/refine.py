@@ -176,16 +176,84 @@ def _apply_relief(loads, part, fill, caps, cand, target):
     return moves
 
 
+@njit(cache=True)
+def _part_overflow(fill, caps, p, scale):
+    o = 0.0
+    for d in range(fill.shape[1]):
+        if fill[p, d] > caps[p, d]:
+            o += (fill[p, d] - caps[p, d]) * scale[d]
+    return o
+
+
+@njit(cache=True)
+def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
+    """Last resort for tight packings in several dimensions: moves, then swaps, that lower
+    the total overflow sum_d max(0, fill - cap) / cap_d, ignoring traffic. A move may
+    overfill another dimension of its target, which a later swap repairs.
+    O(|cand| * (k + |pool|)) per call."""
+    k = fill.shape[0]
+    dims = loads.shape[1]
+    changed = 0
+    for v in cand:
+        p = part[v]
+        if _part_overflow(fill, caps, p, scale) == 0.0:
+            continue
+        best = -1e-12
+        bt = -1
+        for t in range(k):
+            if t == p:
+                continue
+            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            for d in range(dims):
+                fill[p, d] -= loads[v, d]
+                fill[t, d] += loads[v, d]
+            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            for d in range(dims):
+                fill[p, d] += loads[v, d]
+                fill[t, d] -= loads[v, d]
+            if delta < best:
+                best = delta
+                bt = t
+        if bt >= 0:
+            for d in range(dims):
+                fill[p, d] -= loads[v, d]
+                fill[bt, d] += loads[v, d]
+            part[v] = bt
+            changed += 1
+            continue
+        for u in pool:
+            t = part[u]
+            if t == p:
+                continue
+            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            for d in range(dims):
+                fill[p, d] += loads[u, d] - loads[v, d]
+                fill[t, d] += loads[v, d] - loads[u, d]
+            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            if delta < -1e-12:
+                part[v] = t
+                part[u] = p
+                changed += 1
+                break
+            for d in range(dims):
+                fill[p, d] -= loads[u, d] - loads[v, d]
+                fill[t, d] -= loads[v, d] - loads[u, d]
+    return changed
+
+
 def overfull_parts(fill: np.ndarray, caps: np.ndarray) -> np.ndarray:
     """Indices of parts over capacity in any dimension."""
     return np.flatnonzero((fill > caps).any(axis=1))
 
 
-def repair_capacity(indptr, indices, weights, loads, part, fill, caps, dist, rounds: int = 20) -> int:
+def repair_capacity(indptr, indices, weights, loads, part, fill, caps, dist, rounds: int = 20,
+                    rng: np.random.Generator | None = None) -> int:
     """Move vertices out of overfull parts, cheapest moves first, until every part fits.
 
     Updates ``part`` and ``fill`` in place; returns the number of parts still overfull
     (0 on success; the caller decides whether that is fatal, e.g. only at the finest level).
+    When no feasible move helps (a tight packing in several dimensions), moves and swaps
+    that lower the total overflow are made, ignoring traffic.
 
     Complexity: O(rounds * (n + sum over candidates of deg + a^2)); the fallback to any part
     costs O(k * a) for a vertex with no adjacent room.
@@ -200,7 +268,12 @@ def repair_capacity(indptr, indices, weights, loads, part, fill, caps, dist, rou
         target, cost = _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand)
         order = np.argsort(cost, kind="stable")
         if _apply_relief(loads, part, fill, caps, cand[order], target[order]) == 0:
-            break
+            pool = np.arange(part.shape[0], dtype=np.int64)
+            if rng is not None:
+                pool = pool[rng.permutation(pool.size)]
+            scale = 1.0 / np.maximum(caps.max(axis=0), 1).astype(np.float64)
+            if _overflow_descent(loads, part, fill, caps, cand[order], pool, scale) == 0:
+                break
     return int(overfull_parts(fill, caps).size)
 
 
