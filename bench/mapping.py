@@ -183,7 +183,10 @@ def _worker(method, graph_path, mesh, caps, seed, out_path):
         core_xy = np.stack([part % width, part // width], axis=1)
     elif method == "scotch":
         import scotchpy
+        from scotchpy.common import random_reset, random_seed
 
+        random_seed(seed)
+        random_reset()
         g = scotchpy.Graph()
         g.build(verttab=topo.indptr.astype(np.int64), edgetab=topo.indices.astype(np.int64),
                 edlotab=np.asarray(topo.weights, np.int64), velotab=np.asarray(topo.neuron_sizes, np.int64),

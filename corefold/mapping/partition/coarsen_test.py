@@ -45,7 +45,7 @@ def test_hierarchy_stops_and_keeps_limit():
     limit = np.array([40, 10**9])
     levels = coarsen(lv, limit, np.random.default_rng(0), repeats=4, min_shrink=0.2)
     assert len(levels) > 3
-    for a, b in zip(levels, levels[1:]):
+    for a, b in zip(levels, levels[1:], strict=False):
         assert b.n <= 0.8 * a.n
         assert a.coarse_of.shape[0] == a.n and a.coarse_of.max() == b.n - 1
     assert levels[-1].loads[:, 0].max() <= 40

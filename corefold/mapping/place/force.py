@@ -203,7 +203,7 @@ def anneal_placement(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray, core_x
     before = _traffic(q, pos, dist)
     rng = np.random.default_rng(seed)
     sample = [abs(swap_delta(qptr, qidx, qw, pos, occupant, dist, int(a), int(c)))
-              for a, c in zip(rng.integers(0, pos.shape[0], 64), rng.integers(0, num_cores, 64))]
+              for a, c in zip(rng.integers(0, pos.shape[0], 64), rng.integers(0, num_cores, 64), strict=True)]
     t0 = max(float(np.mean(sample)), 1e-9)
     best, best_pos = _anneal(qptr, qidx, qw, pos.copy(), occupant, dist, core_xy, grid, steps, t0, t0 * 1e-3, seed)
     if best < before:
