@@ -130,7 +130,7 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     top = levels[-1]
     topology_aware = settings.strategy == "topology"
     split = region_split(slots_xy) if topology_aware else halves
-    with _bar(show, "initial partition", total=k) as bar:
+    with _bar(show, "initial partition", total=k - 1) as bar:
         part = recursive_bisection(top.indptr, top.indices, top.weights, top.loads, slot_caps, split, rng,
                                    settings.bisection_restarts, slots_xy if topology_aware else None,
                                    multilevel, settings.matching_repeats, settings.min_shrink,

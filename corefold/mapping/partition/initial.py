@@ -141,11 +141,15 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
         for d in range(dims):
             fill[side[v], d] += loads[v, d]
     gain = np.zeros(n)
+    ext = np.zeros(n)  # weight to the other side: v is on the boundary iff ext[v] > 0
+    wdeg = np.zeros(n)
     cut = 0.0
     for v in range(n):
         for e in range(indptr[v], indptr[v + 1]):
+            wdeg[v] += weights[e]
             if side[indices[e]] != side[v]:
                 gain[v] += weights[e]
+                ext[v] += weights[e]
                 cut += weights[e]
             else:
                 gain[v] -= weights[e]
@@ -165,11 +169,8 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
         size = 0
         for v in range(n):
             locked[v] = False
-            if gain[v] > -1e300:
-                for e in range(indptr[v], indptr[v + 1]):
-                    if side[indices[e]] != side[v]:
-                        size = _heap_push(hk, hv, size, -gain[v], v)
-                        break
+            if ext[v] > 0.0:
+                size = _heap_push(hk, hv, size, -gain[v], v)
         best_cut = cut
         best_len = 0
         nmoved = 0
@@ -194,14 +195,17 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
             locked[v] = True
             cur -= gain[v]
             gain[v] = -gain[v]
+            ext[v] = wdeg[v] - ext[v]
             moved[nmoved] = v
             nmoved += 1
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
                 if side[u] == t:
                     gain[u] -= 2.0 * weights[e]
+                    ext[u] -= weights[e]
                 else:
                     gain[u] += 2.0 * weights[e]
+                    ext[u] += weights[e]
                 if not locked[u] and size < cap:
                     size = _heap_push(hk, hv, size, -gain[u], u)
             if cur < best_cut - 1e-9:
@@ -220,12 +224,15 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
                 fill[s, d] += loads[v, d]
             side[v] = s
             gain[v] = -gain[v]
+            ext[v] = wdeg[v] - ext[v]
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
                 if side[u] == s:
                     gain[u] -= 2.0 * weights[e]
+                    ext[u] -= weights[e]
                 else:
                     gain[u] += 2.0 * weights[e]
+                    ext[u] += weights[e]
         improved = best_cut < cut - 1e-9
         cut = best_cut
         if not improved:
@@ -385,7 +392,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         slot_xy: (s, 2) slot coordinates; when given each bisection is biased by where its
             vertices' outside neighbours lie (dual recursive bipartitioning).
         multilevel: bisect with :func:`multilevel_bisect` (else :func:`bisect` directly).
-        progress: optional callable(number of slots settled).
+        progress: optional callable(1) after each bisection (there are s - 1).
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
@@ -402,8 +409,6 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         verts, slots = queue.popleft()
         if slots.size == 1 or verts.size == 0:
             part[verts] = slots[0]
-            if progress is not None:
-                progress(slots.size)
             continue
         s0, s1 = split(slots)
         local[verts] = np.arange(verts.size)
@@ -429,4 +434,6 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             center[verts[side == 1]] = c1
         queue.append((verts[side == 0], s0))
         queue.append((verts[side == 1], s1))
+        if progress is not None:
+            progress(1)
     return part
