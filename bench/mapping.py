@@ -144,6 +144,10 @@ def bench_graphs():
                                                    ("conv", 32, 3, 1, 1), ("dense", 100), ("dense", 10)]),
            (6, 6), 1024, None)
     yield ("small-world", small_world_topology(40000, 20, 0.05, 7), (8, 8), 1024, None)
+    # both capacities binding: 30 cores, synapse memory 10% above the mean need per core
+    mnist = cnn_topology((28, 28, 1), [("conv", 16, 5, 1, 2), ("conv", 32, 3, 2, 1), ("conv", 32, 3, 1, 1),
+                                       ("dense", 100), ("dense", 10)])
+    yield ("mnist-tight", mnist, (6, 5), 1024, int(np.ceil(mnist.synapses.sum() / 30 * 1.1)))
 
 
 # ---------------------------------------------------------------- methods
@@ -223,9 +227,11 @@ def run_method(method, graph_path, mesh, caps, seed, tmpdir):
     return np.load(out), info
 
 
-def bench(seed: int, methods):
+def bench(seed: int, methods, graphs=None):
     rows = []
     for name, topo, mesh, ncap, scap in bench_graphs():
+        if graphs and name not in graphs:
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             gpath = os.path.join(tmp, "g.npz")
             np.savez(gpath, indptr=topo.indptr, indices=topo.indices, weights=topo.weights,
@@ -288,6 +294,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", default="metis,scotch,corefold")
+    ap.add_argument("--graphs", default="", help="comma-separated subset of the bench graphs")
     ap.add_argument("--scale", action="store_true", help="map a 10^8-synapse banded graph with corefold")
     ap.add_argument("--scale-n", type=int, default=1_000_000)
     ap.add_argument("--scale-degree", type=int, default=100)
@@ -295,7 +302,7 @@ def main():
     if args.scale:
         scale(args.seed, args.scale_n, args.scale_degree)
     else:
-        bench(args.seed, args.methods.split(","))
+        bench(args.seed, args.methods.split(","), [g for g in args.graphs.split(",") if g])
 
 
 if __name__ == "__main__":
