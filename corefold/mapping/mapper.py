@@ -133,8 +133,9 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     with _bar(show, "initial partition", total=k - 1) as bar:
         part = recursive_bisection(top.indptr, top.indices, top.weights, top.loads, slot_caps, split, rng,
                                    settings.bisection_restarts, slots_xy if topology_aware else None,
-                                   multilevel, settings.matching_repeats, settings.min_shrink,
-                                   progress=bar.update, bias_scale=settings.bias_scale)
+                                   multilevel, settings.bisection_matching_repeats, settings.min_shrink,
+                                   progress=bar.update, bias_scale=settings.bias_scale,
+                                   top_tries=settings.top_bisection_tries)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -161,7 +162,8 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
                 q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
-                                  settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps))
+                                  settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps),
+                                  settings.anneal_max_work)
                 dist = dist_all[np.ix_(pos, pos)]
             gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
                           settings.refine_passes, settings.debug)
@@ -177,9 +179,12 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
         q = objectives.quotient_graph(finest.indptr, finest.indices, finest.weights, part, k)
         if not topology_aware:
             pos = grid[slots_xy[:, 1], slots_xy[:, 0]][place_groups(q, slots_xy, rng, settings.bisection_restarts)]
+        # NOTE: topology-aware groups were annealed before the last refinement already;
+        # only the seed order places from scratch here.
+        anneal = 0 if topology_aware else min(settings.anneal_steps_per_group * k, settings.anneal_max_steps)
         improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
-                          min(settings.anneal_steps_per_group * k, settings.anneal_max_steps))
+                          anneal, settings.anneal_max_work)
         dist = dist_all[np.ix_(pos, pos)]
         if topology_aware or settings.swap_passes > 0:
             refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,

@@ -378,12 +378,18 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
     return side
 
 
+def _bisection_cost(indptr, indices, weights, side, bias) -> float:
+    from corefold.mapping.objectives import _edge_costs
+
+    return float(_edge_costs(indptr, indices, weights, side, CUT_DIST)[0] + bias[side == 0].sum())
+
+
 def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                         split: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
                         rng: np.random.Generator, restarts: int = 4,
                         slot_xy: np.ndarray | None = None, multilevel: bool = False,
                         repeats: int = 4, min_shrink: float = 0.2, progress=None,
-                        bias_scale: float = 1.0) -> np.ndarray:
+                        bias_scale: float = 1.0, top_tries: int = 1) -> np.ndarray:
     """Assign every vertex to a slot by recursive bisection, breadth-first.
 
     Args:
@@ -393,6 +399,8 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             vertices' outside neighbours lie (dual recursive bipartitioning).
         multilevel: bisect with :func:`multilevel_bisect` (else :func:`bisect` directly).
         progress: optional callable(1) after each bisection (there are s - 1).
+        top_tries: multilevel bisections tried (cheapest kept) for nodes holding more than
+            a quarter of the graph.
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
@@ -425,7 +433,14 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             sptr, sidx, sw = induced_subgraph(indptr, indices, weights, verts, local)
         local[verts] = -1
         if multilevel:
-            side = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink)
+            # NOTE: the top bisections shape everything below them; give them extra tries
+            tries = top_tries if verts.size * 4 > n else 1
+            side, best = None, None
+            for _ in range(tries):
+                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink)
+                cost = _bisection_cost(sptr, sidx, sw, cand, bias)
+                if best is None or cost < best:
+                    side, best = cand, cost
         else:
             side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias)
         del sptr, sidx, sw

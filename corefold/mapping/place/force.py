@@ -220,7 +220,7 @@ def _traffic(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray) -> float:
 def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, dist: np.ndarray,
                       width: int, height: int, rng: np.random.Generator, fraction: float = 0.05,
                       iterations: int = 50, swap_passes: int = 3, radius: int = 3,
-                      debug: bool = False, anneal_steps: int = 0) -> float:
+                      debug: bool = False, anneal_steps: int = 0, anneal_work: float = 0.0) -> float:
     """Annealing (optional), force-directed swaps, then exact pairwise swaps; updates ``pos``.
 
     Args:
@@ -245,6 +245,9 @@ def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, di
     occupant[pos] = np.arange(pos.shape[0])
     before = _traffic(q, pos, dist) if debug else 0.0
     gain = 0.0
+    if anneal_work > 0:
+        # NOTE: a step costs about twice the mean group degree; cap the total work
+        anneal_steps = min(anneal_steps, int(anneal_work / (2.0 * q.nnz / max(q.shape[0], 1) + 1.0)))
     if anneal_steps > 0:
         gain += anneal_placement(q, pos, dist, core_xy, grid, anneal_steps, int(rng.integers(2**31)))
         occupant[:] = -1
