@@ -19,6 +19,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("inspect", "corefold.cli.inspect", "print a model's ops, parameters, MACs, memory and time on a target"),
     ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
+    ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
 ]
 
 

@@ -54,6 +54,10 @@ def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp creates 0600; give the result the mode a plain open() would have
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, final)
     finally:
         if tmp_path.exists():

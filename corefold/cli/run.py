@@ -10,7 +10,11 @@ import zipfile
 import numpy as np
 
 from corefold.cli.common import add_shape_argument, atomic_output, shape_bindings
-from corefold.errors import DataError
+from corefold.errors import CorefoldError, DataError
+
+
+class ReferenceRunError(CorefoldError):
+    """ONNX Runtime, the reference of ``--check``, refused the model or its inputs."""
 
 #: ``--check`` tolerance, the same as the test suite's.
 RTOL, ATOL = 1e-4, 1e-5
@@ -66,8 +70,12 @@ def run(args: argparse.Namespace) -> int:
 def _check(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    try:
+        sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    except Exception as exc:  # ORT raises its own exception types; report them as the reference's failure
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
     worst_ok = True
     for name, got in outputs.items():
         want = ref[name]

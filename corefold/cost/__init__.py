@@ -6,6 +6,6 @@ writes, the unit kind that runs it and its time on one unit of that kind;
 (M3), timing slack (M2) and the compile feasibility checks (M1).
 """
 
-from corefold.cost.model import OpCost, GraphCost, graph_cost, op_cost, transfer_seconds
+from corefold.cost.model import GraphCost, OpCost, graph_cost, op_cost, transfer_seconds
 
 __all__ = ["OpCost", "GraphCost", "graph_cost", "op_cost", "transfer_seconds"]

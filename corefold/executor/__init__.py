@@ -6,6 +6,6 @@ family) and register themselves with :func:`corefold.executor.registry.kernel`.
 """
 
 from corefold.executor.registry import KERNELS, kernel
-from corefold.executor.run import run, random_inputs
+from corefold.executor.run import random_inputs, run
 
 __all__ = ["KERNELS", "kernel", "run", "random_inputs"]

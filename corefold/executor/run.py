@@ -55,7 +55,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], outputs: Iterable[str] | Non
         results = fn(n.attrs, args)
         if len(results) < len(n.outputs):
             raise RuntimeError(f"kernel {n.op_type} returned {len(results)} outputs, node '{n.name}' has {len(n.outputs)}")
-        for v, r in zip(n.outputs, results):
+        for v, r in zip(n.outputs, results[: len(n.outputs)], strict=True):
             env[v.name] = r
         for v in n.inputs:
             if v is not None:

@@ -3,7 +3,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corefold.ir import Graph, Node, Value, VerifyError, dominators, parse, post_dominators, to_text, verify
+from corefold.ir import (
+    Graph,
+    Node,
+    Value,
+    VerifyError,
+    dominators,
+    parse,
+    post_dominators,
+    to_text,
+    verify,
+)
 
 TINY = """\
 graph tiny opset 21

@@ -1,0 +1,46 @@
+"""Checking an import/export against ONNX Runtime (used by tests and bench scripts)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+
+def ort_session(model: ModelProto | bytes | str, threads: int = 1):
+    """An ONNX Runtime CPU session (imported lazily) with quiet logging."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if isinstance(model, ModelProto):
+        model = model.SerializeToString()
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs by name of ``model`` on ``feeds``."""
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def roundtrip(model: ModelProto, feeds: dict[str, np.ndarray],
+              shapes: dict[str, Sequence[int]] | None = None):
+    """Import ``model``, export it, check it, and run both in ONNX Runtime.
+
+    Returns:
+        (graph, exported model, original outputs, exported outputs), outputs by name.
+    """
+    from corefold.frontend.onnx import from_onnx, to_onnx
+    from corefold.ir import verify
+
+    graph = from_onnx(model, shapes)
+    verify(graph)
+    exported = to_onnx(graph)
+    onnx.checker.check_model(exported, full_check=True)
+    return graph, exported, ort_run(model, feeds), ort_run(exported, feeds)

@@ -1,0 +1,332 @@
+"""ONNX -> corefold IR: read, bind shapes, normalise to opset 21, infer shapes, fold.
+
+Nodes are processed once, in file order (ONNX requires topological order). For each node
+the opset normaliser (:mod:`corefold.frontend.onnx.opsets`) emits one or more opset-21
+nodes through :meth:`Importer.emit`, which either folds the node (every input constant,
+or a Shape node: run the registered kernel, O(kernel)) or adds it with inferred static
+shapes. Whole import: O(nodes + constant bytes folded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+from corefold.errors import CorefoldError, ModelError, ShapeError, UnsupportedOpError
+from corefold.executor.kernels.shape import fill, is_fill
+from corefold.executor.registry import load_all
+from corefold.frontend.onnx import opsets
+from corefold.frontend.onnx.protos import attribute_value, numpy_dtype, tensor_to_numpy
+from corefold.frontend.onnx.shapes import SHAPE_FUNCTIONS
+from corefold.ir import Graph, Node, Value
+
+#: Opset versions of the default domain corefold reads.
+MIN_OPSET, MAX_OPSET = 6, 22
+
+#: Ops inferred by running their (cheap, fill-preserving) kernels on stride-0 dummies,
+#: mapped to the inputs that must be constants for their output shape to be known.
+KERNEL_INFERRED: dict[str, tuple[int, ...]] = {
+    "Identity": (), "Dropout": (), "Cast": (), "Transpose": (), "Flatten": (), "Concat": (),
+    "Gather": (), "Shape": (), "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Expand": (1,), "Slice": (1, 2, 3, 4), "Split": (1,), "Pad": (1, 3), "ConstantOfShape": (0,),
+    "Range": (0, 1, 2), "Tile": (1,),
+}
+
+
+#: Ops never folded even on constant inputs: QDQ pairs on weights are how a quantized model
+#: says its weights are integers, so DequantizeLinear(int8 constant) must stay a node.
+NO_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None = None) -> Graph:
+    """Read an ONNX file and import it (see :func:`from_onnx`).
+
+    Raises:
+        ModelError: the file is missing, empty, truncated or not an ONNX model.
+        UnsupportedOpError, ShapeError: as :func:`from_onnx`.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ModelError(f"'{p}': no such model file")
+    if p.stat().st_size == 0:
+        raise ModelError(f"'{p}': the file is empty, not an ONNX model")
+    try:
+        model = onnx.load(str(p))
+    except Exception as exc:  # noqa: BLE001 - protobuf raises various errors on junk
+        raise ModelError(f"'{p}': not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'parse error'})") from None
+    try:
+        return from_onnx(model, shapes, source=str(p))
+    except CorefoldError as exc:
+        if str(p) in str(exc):
+            raise
+        raise type(exc)(f"'{p}': {exc}") from None
+
+
+def from_onnx(model: ModelProto, shapes: dict[str, Sequence[int]] | None = None,
+              source: str = "<model>") -> Graph:
+    """Import an ONNX model as an IR graph with static shapes, in opset-21 form.
+
+    Args:
+        model: the model proto.
+        shapes: input name -> shape binding dynamic dimensions (or overriding the shape).
+        source: how to name the model in error messages (the file name).
+
+    Raises:
+        ModelError: the model is malformed (no graph, undefined values, bad opset).
+        UnsupportedOpError: a node uses an operator or domain corefold does not handle.
+        ShapeError: an input dimension is unbound, a binding names no input or contradicts
+            a static dimension, or a value's shape cannot be determined.
+    """
+    return Importer(model, shapes or {}, source).run()
+
+
+class Importer:
+    """One import. Normalisers call :meth:`emit`, :meth:`const` and :meth:`value`."""
+
+    def __init__(self, model: ModelProto, shapes: dict[str, Sequence[int]], source: str):
+        self.model, self.bindings, self.source = model, dict(shapes), source
+        self.kernels = load_all()
+        self.graph = Graph(model.graph.name or "main")
+        self.env: dict[str, Value] = {}
+        self.reserved: set[str] = set()
+        self.used_names: set[str] = set()  # ONNX values read by some node or a graph output
+        self.opset = self._default_opset()
+
+    # -- helpers for normalisers --------------------------------------------------------
+    def new_name(self, base: str) -> str:
+        """A name used by no IR value or node and by no ONNX value of the model."""
+        name, i = base, 0
+        while name in self.reserved or name in self.graph._names:
+            i += 1
+            name = f"{base}_{i}"
+        self.reserved.add(name)
+        return name
+
+    def const(self, data: Any, base: str) -> Value:
+        """A new constant holding ``data``."""
+        return self.graph.add_constant(self.new_name(base), np.asarray(data))
+
+    def bind_const(self, onnx_name: str, data: np.ndarray) -> Value:
+        """Bind an ONNX value name to a new constant."""
+        v = self.graph.add_constant(self._claim_onnx(onnx_name), data)
+        self.env[onnx_name] = v
+        return v
+
+    def is_used(self, onnx_name: str) -> bool:
+        return bool(onnx_name) and onnx_name in self.used_names
+
+    def emit(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any],
+             outputs: Sequence[str | None], name: str) -> list[Value]:
+        """Add an opset-21 node (or fold it into constants) and bind its outputs.
+
+        ``outputs`` are ONNX names to bind (``None``: a fresh internal value). Returns the
+        output values.
+        """
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        foldable = op in self.kernels and op not in NO_FOLD and (
+            op == "Shape" and inputs[0].has_static_shape
+            or all(v is None or v.is_constant for v in inputs))
+        if foldable:
+            args = [None if v is None else (v.const if v.is_constant else fill(np.zeros((), v.dtype), v.shape))
+                    for v in inputs]
+            try:
+                results = self.kernels[op](attrs, args)
+            except Exception as exc:  # noqa: BLE001 - a kernel refusing bad constants
+                raise ModelError(f"node '{name}' ({op}): cannot evaluate on its constant inputs: {exc}") from None
+            out = []
+            for oname, r in zip(outputs, results, strict=False):
+                r = _compact(np.asarray(r))
+                base = oname if oname else f"{name}_out"
+                v = self.graph.add_constant(self.new_name(base) if not oname else self._claim_onnx(oname), r)
+                if oname:
+                    self.env[oname] = v
+                out.append(v)
+            return out
+        types = self.infer(op, attrs, inputs, name, [o or f"{name}_out{i}" for i, o in enumerate(outputs)])
+        vals = []
+        for i, oname in enumerate(outputs):
+            shape, dtype = types[i]
+            vname = self._claim_onnx(oname) if oname else self.new_name(f"{name}_out{i}")
+            v = Value(vname, tuple(int(d) for d in shape), dtype)
+            vals.append(v)
+        node = Node(op, inputs, vals, attrs, name=self._node_name(name, op))
+        self.graph.add_node(node)
+        for oname, v in zip(outputs, vals, strict=False):
+            if oname:
+                self.env[oname] = v
+        return vals
+
+    def infer(self, op: str, attrs: dict[str, Any], inputs: Sequence[Value | None], name: str,
+              out_names: Sequence[str]) -> list[tuple[tuple[int, ...], np.dtype]]:
+        """Output shapes and dtypes of an opset-21 node.
+
+        Raises:
+            ShapeError: naming the node, when an input that decides the shape is not
+                constant or the shapes do not fit the operator.
+        """
+        what = f"'{out_names[0]}'" + (f" (and {len(out_names) - 1} more)" if len(out_names) > 1 else "")
+        what += f", output of node '{name}' ({op})"
+        try:
+            if op in KERNEL_INFERRED:
+                for i in KERNEL_INFERRED[op]:
+                    if i < len(inputs) and inputs[i] is not None and not inputs[i].is_constant:
+                        raise ShapeError(f"shape of {what} unknown: it depends on input "
+                                         f"'{inputs[i].name}', which is not a constant at import")
+                # only the parameter inputs' values matter: every other input is a zero fill,
+                # so the kernel touches no data whatever the tensors' sizes
+                params = KERNEL_INFERRED[op]
+                args = [None if v is None else (v.const if i in params else fill(np.zeros((), v.dtype), v.shape))
+                        for i, v in enumerate(inputs)]
+                results = self.kernels[op](attrs, args)
+                types = [(tuple(r.shape), r.dtype) for r in results]
+            else:
+                ins = [None if v is None else (v.shape, v.dtype) for v in inputs]
+                consts = [None if v is None else v.const for v in inputs]
+                types = SHAPE_FUNCTIONS[op](attrs, ins, consts)
+        except ShapeError:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise ShapeError(f"cannot infer the shape of {what} from inputs "
+                             f"{[list(v.shape) if v is not None else None for v in inputs]}: {exc}") from None
+        if len(types) < len(out_names):
+            raise ShapeError(f"node '{name}' ({op}) has {len(out_names)} outputs, the operator gives {len(types)}")
+        return types
+
+    def value(self, onnx_name: str, node_name: str) -> Value | None:
+        """The IR value bound to an ONNX input name ('' is a missing optional input)."""
+        if not onnx_name:
+            return None
+        if onnx_name not in self.env:
+            raise ModelError(f"{self.source}: node '{node_name}' reads '{onnx_name}', which is defined "
+                             "by no earlier node, initializer or graph input")
+        return self.env[onnx_name]
+
+    # -- the import ---------------------------------------------------------------------
+    def run(self) -> Graph:
+        g, model = self.graph, self.model
+        graph = model.graph
+        if not graph.output:
+            raise ModelError(f"{self.source}: the model's graph has no outputs (not an ONNX model?)")
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            self.reserved.add(vi.name)
+        for t in graph.initializer:
+            self.reserved.add(t.name)
+        for n in graph.node:
+            self.reserved.update(o for o in n.output if o)
+            self.used_names.update(i for i in n.input if i)
+        self.used_names.update(o.name for o in graph.output)
+        if graph.sparse_initializer:
+            raise UnsupportedOpError(f"{self.source}: sparse initializers are not supported")
+        g.metadata = {p.key: p.value for p in model.metadata_props}
+        g.opset = 21
+        base_dir = str(Path(self.source).parent) if self.source != "<model>" else None
+        for t in graph.initializer:
+            data = _compact(tensor_to_numpy(t, f"initializer '{t.name}'", base_dir))
+            self.env[t.name] = g.add_constant(self._claim_onnx(t.name), data)
+        self._bind_inputs()
+        for index, n in enumerate(graph.node):
+            name = n.name or f"{n.op_type.lower()}_{index}"
+            if n.domain not in ("", "ai.onnx"):
+                raise UnsupportedOpError(f"node '{name}': operator {n.domain}::{n.op_type} (domain "
+                                         f"'{n.domain}') is not supported")
+            normaliser = opsets.NORMALISERS.get(n.op_type)
+            if normaliser is None:
+                raise UnsupportedOpError(f"node '{name}': operator {n.op_type} is not supported")
+            attrs = {a.name: attribute_value(n.op_type, a, f"node '{name}' ({n.op_type})") for a in n.attribute}
+            ins = [self.value(i, name) for i in n.input]
+            outs = list(n.output)
+            while outs and not outs[-1]:
+                outs.pop()
+            node = opsets.OnnxNode(n.op_type, name, ins, [o or None for o in outs], attrs)
+            before = len(g)
+            try:
+                normaliser(self, node)
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
+                # a malformed node (missing attribute or input) in a file that parsed
+                raise ModelError(f"node '{name}' ({n.op_type}) is malformed: {type(exc).__name__}: {exc}") from None
+            meta = {p.key[len("corefold."):]: p.value for p in getattr(n, "metadata_props", [])
+                    if p.key.startswith("corefold.")}
+            if meta:
+                for added in g.nodes[before:]:
+                    added.meta.update({k: json.loads(v) for k, v in meta.items()})
+        for o in graph.output:
+            if o.name not in self.env:
+                raise ModelError(f"{self.source}: graph output '{o.name}' is produced by no node")
+            g.outputs.append(self.env[o.name])
+        g.remove_unused_constants()
+        return g
+
+    def _default_opset(self) -> int:
+        versions = {o.domain: o.version for o in self.model.opset_import}
+        if "" not in versions and "ai.onnx" not in versions:
+            raise ModelError(f"{self.source}: no opset import for the default ONNX domain (not an ONNX model?)")
+        v = int(versions.get("", versions.get("ai.onnx")))
+        if not MIN_OPSET <= v <= MAX_OPSET:
+            raise ModelError(f"{self.source}: ONNX opset {v} is not supported (corefold reads opsets "
+                             f"{MIN_OPSET} to {MAX_OPSET})")
+        return v
+
+    def _bind_inputs(self) -> None:
+        graph = self.model.graph
+        real = [vi for vi in graph.input if vi.name not in self.env]
+        names = [vi.name for vi in real]
+        for key in self.bindings:
+            if key not in names:
+                raise ShapeError(f"--shape {key}=...: the model has no input '{key}' "
+                                 f"(inputs: {', '.join(names) or 'none'})")
+        for vi in real:
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor")
+            dtype = numpy_dtype(tt.elem_type, f"graph input '{vi.name}'")
+            dims: list[int | str | None] = []
+            if tt.HasField("shape"):
+                for d in tt.shape.dim:
+                    dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+            bound = self.bindings.get(vi.name)
+            if bound is not None:
+                bound = tuple(int(b) for b in bound)
+                if tt.HasField("shape") and len(bound) != len(dims):
+                    raise ShapeError(f"--shape {vi.name}: {len(bound)} dimensions given, the input has rank {len(dims)}")
+                for i, (d, b) in enumerate(zip(dims, bound, strict=False)):
+                    if isinstance(d, int) and d != b:
+                        raise ShapeError(f"--shape {vi.name}: dimension {i} is fixed at {d} in the model, "
+                                         f"cannot bind it to {b}")
+                shape = bound
+            else:
+                if not tt.HasField("shape"):
+                    raise ShapeError(f"graph input '{vi.name}' has an unknown rank; bind its shape with "
+                                     f"--shape {vi.name}=D0,D1,...")
+                for i, d in enumerate(dims):
+                    if not isinstance(d, int):
+                        label = f"'{d}'" if d else "unnamed"
+                        raise ShapeError(f"graph input '{vi.name}' dimension {i} ({label}) is dynamic; bind it with "
+                                         f"--shape {vi.name}=" + ",".join(str(x) if isinstance(x, int) else (x or "?") for x in dims))
+                shape = tuple(int(d) for d in dims)
+            v = self.graph.add_input(self._claim_onnx(vi.name), shape, dtype)
+            self.env[vi.name] = v
+
+    def _claim_onnx(self, name: str) -> str:
+        if name in self.graph._names:
+            raise ModelError(f"{self.source}: value '{name}' is defined twice")
+        return name
+
+    def _node_name(self, base: str, op: str) -> str:
+        return self.new_name(base or op.lower())
+
+
+def _compact(a: np.ndarray) -> np.ndarray:
+    """A constant whose elements are all equal, as a stride-0 fill (O(size) check)."""
+    if a.size > 1 and not is_fill(a) and a.dtype != object:
+        first = a.reshape(-1)[0]
+        if bool(np.all(a == first)):
+            return fill(first, a.shape)
+    return a

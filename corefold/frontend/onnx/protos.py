@@ -1,0 +1,109 @@
+"""Conversions between ONNX protos and corefold's Python/NumPy forms: dtypes, tensors,
+attributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, numpy_helper
+
+from corefold.errors import ModelError, UnsupportedOpError
+
+#: ONNX element types corefold handles, to NumPy dtypes.
+ONNX_TO_NUMPY: dict[int, np.dtype] = {
+    TensorProto.FLOAT: np.dtype("float32"), TensorProto.DOUBLE: np.dtype("float64"),
+    TensorProto.FLOAT16: np.dtype("float16"), TensorProto.BOOL: np.dtype("bool"),
+    TensorProto.INT8: np.dtype("int8"), TensorProto.INT16: np.dtype("int16"),
+    TensorProto.INT32: np.dtype("int32"), TensorProto.INT64: np.dtype("int64"),
+    TensorProto.UINT8: np.dtype("uint8"), TensorProto.UINT16: np.dtype("uint16"),
+    TensorProto.UINT32: np.dtype("uint32"), TensorProto.UINT64: np.dtype("uint64"),
+}
+NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
+
+#: (op_type, attribute) pairs whose value is an element type: NumPy dtype names in the IR.
+DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype")}
+
+
+def numpy_dtype(elem_type: int, what: str) -> np.dtype:
+    """The NumPy dtype of an ONNX element type.
+
+    Raises:
+        UnsupportedOpError: the type (string, bfloat16, float8, 4-bit...) is not handled.
+    """
+    if elem_type not in ONNX_TO_NUMPY:
+        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+        raise UnsupportedOpError(f"{what} has element type {name}, which corefold does not support")
+    return ONNX_TO_NUMPY[elem_type]
+
+
+def onnx_dtype(dtype: np.dtype | str, what: str) -> int:
+    dt = np.dtype(dtype)
+    if dt not in NUMPY_TO_ONNX:
+        raise UnsupportedOpError(f"{what} has dtype {dt}, which ONNX export does not support")
+    return NUMPY_TO_ONNX[dt]
+
+
+def tensor_to_numpy(t: TensorProto, what: str, base_dir: str | None = None) -> np.ndarray:
+    """Decode a tensor proto (raw, typed or external data)."""
+    numpy_dtype(t.data_type, what)
+    try:
+        a = numpy_helper.to_array(t, base_dir or "")
+    except Exception as exc:  # noqa: BLE001 - protobuf/IO errors of a malformed file
+        raise ModelError(f"{what}: cannot decode tensor data ({exc})") from None
+    return np.asarray(a)
+
+
+def numpy_to_tensor(a: np.ndarray, name: str) -> TensorProto:
+    onnx_dtype(a.dtype, f"constant '{name}'")
+    return numpy_helper.from_array(np.asarray(a), name)  # tobytes() writes C order, no copy needed
+
+
+def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
+    """An attribute proto as Python: int, float, str, list of those, or np.ndarray."""
+    t = a.type
+    if t == AttributeProto.INT:
+        v: Any = int(a.i)
+    elif t == AttributeProto.FLOAT:
+        v = float(a.f)
+    elif t == AttributeProto.STRING:
+        v = a.s.decode("utf-8", errors="replace")
+    elif t == AttributeProto.INTS:
+        v = [int(x) for x in a.ints]
+    elif t == AttributeProto.FLOATS:
+        v = [float(x) for x in a.floats]
+    elif t == AttributeProto.STRINGS:
+        v = [s.decode("utf-8", errors="replace") for s in a.strings]
+    elif t == AttributeProto.TENSOR:
+        v = tensor_to_numpy(a.t, f"{what} attribute '{a.name}'")
+    else:
+        raise UnsupportedOpError(f"{what}: attribute '{a.name}' of type "
+                                 f"{AttributeProto.AttributeType.Name(t)} is not supported")
+    if (op_type, a.name) in DTYPE_ATTRS and v != 0:  # 0: unset (QuantizeLinear's output_dtype)
+        v = numpy_dtype(int(v), f"{what} attribute '{a.name}'").name
+    return v
+
+
+def make_attribute(op_type: str, key: str, value: Any, what: str) -> AttributeProto:
+    """The inverse of :func:`attribute_value`."""
+    if (op_type, key) in DTYPE_ATTRS:
+        return onnx.helper.make_attribute(key, onnx_dtype(value, f"{what} attribute '{key}'"))
+    if isinstance(value, np.ndarray):
+        return onnx.helper.make_attribute(key, numpy_to_tensor(value, key))
+    if isinstance(value, (bool, np.bool_, np.integer)):
+        value = int(value)
+    elif isinstance(value, np.floating):
+        value = float(value)
+    if isinstance(value, (list, tuple)):
+        items = [x.item() if isinstance(x, np.generic) else x for x in value]
+        if not items:
+            return onnx.helper.make_attribute(key, [], attr_type=AttributeProto.INTS)
+        if all(isinstance(x, str) for x in items):
+            return onnx.helper.make_attribute(key, items, attr_type=AttributeProto.STRINGS)
+        if any(isinstance(x, float) for x in items):
+            return onnx.helper.make_attribute(key, [float(x) for x in items], attr_type=AttributeProto.FLOATS)
+        return onnx.helper.make_attribute(key, [int(x) for x in items], attr_type=AttributeProto.INTS)
+    if isinstance(value, (int, float, str)):
+        return onnx.helper.make_attribute(key, value)
+    raise ModelError(f"{what}: attribute '{key}' has a value of type {type(value).__name__} that ONNX cannot hold")

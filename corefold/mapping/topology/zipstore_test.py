@@ -1,0 +1,79 @@
+import zipfile
+
+import numpy as np
+import pytest
+
+from corefold.mapping.topology import zipstore
+from corefold.mapping.topology.zipstore import ZipFormatError, ZipStoreReader, ZipStoreWriter
+
+
+def _write(path, members, level=1):
+    w = ZipStoreWriter(path, level)
+    w.add_many([k for k in members if k.startswith("v/")], [v for k, v in members.items() if k.startswith("v/")])
+    for k, v in members.items():
+        if not k.startswith("v/"):
+            w.add(k, v)
+    w.close()
+
+
+def _members(count, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {f"v/{i}": rng.integers(0, 4, rng.integers(0, 40)).astype(np.uint8).tobytes() for i in range(count)}
+    out["manifest.json"] = b'{"x": 1}'
+    return out
+
+
+def test_python_zipfile_reads_what_we_write_and_we_read_what_it_writes(tmp_path):
+    members = _members(300)
+    _write(tmp_path / "a.zip", members)
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        assert zf.testzip() is None
+        assert {i.filename: zf.read(i) for i in zf.infolist()} == members
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+    for method in (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED):
+        with zipfile.ZipFile(tmp_path / "b.zip", "w", method) as zf:
+            for k in reversed(list(members)):  # out of order: per-member reads
+                zf.writestr(k, members[k])
+        with ZipStoreReader(tmp_path / "b.zip") as r:
+            assert r.read_ids(0, 300) == [members[f"v/{i}"] for i in range(300)]
+            assert r.read("manifest.json") == members["manifest.json"]
+
+
+def test_zip64_member_count_and_offsets(tmp_path, monkeypatch):
+    members = _members(70_000, seed=1)  # beyond the 65,535 members of plain zip
+    _write(tmp_path / "big.zip", members)
+    with zipfile.ZipFile(tmp_path / "big.zip") as zf:
+        assert len(zf.infolist()) == 70_001 and zf.read("v/69999") == members["v/69999"]
+    with ZipStoreReader(tmp_path / "big.zip") as r:
+        assert r.read_ids(69_990, 10) == [members[f"v/{i}"] for i in range(69_990, 70_000)]
+        assert r.cumulative_sizes(70_000)[-1] == sum(len(members[f"v/{i}"]) for i in range(70_000))
+    monkeypatch.setattr(zipstore, "ZIP64_LIMIT", 1000)  # offsets past 1000 go to Zip64 extras
+    small = _members(200, seed=2)
+    _write(tmp_path / "x64.zip", small)
+    with zipfile.ZipFile(tmp_path / "x64.zip") as zf:
+        assert zf.testzip() is None and zf.read("v/199") == small["v/199"]
+    with ZipStoreReader(tmp_path / "x64.zip") as r:
+        assert r.read_ids(0, 200) == [small[f"v/{i}"] for i in range(200)]
+
+
+def test_damage_is_reported(tmp_path):
+    members = _members(50)
+    _write(tmp_path / "a.zip", members)
+    data = (tmp_path / "a.zip").read_bytes()
+    (tmp_path / "t.zip").write_bytes(data[:-30])
+    with pytest.raises(ZipFormatError, match="truncated"):
+        ZipStoreReader(tmp_path / "t.zip")
+    r = ZipStoreReader(tmp_path / "a.zip")
+    with pytest.raises(KeyError):
+        r.read_ids(45, 10)
+    with pytest.raises(KeyError):
+        r.read("nothing")
+    r.close()
+    bad = bytearray(data)
+    with zipfile.ZipFile(tmp_path / "a.zip") as zf:
+        info = zf.getinfo("v/3")
+    at = info.header_offset + 30 + len("v/3")
+    bad[at:at + info.compress_size] = bytes(info.compress_size)  # zeros: a valid stored block? no: CRC fails
+    (tmp_path / "c.zip").write_bytes(bytes(bad))
+    with ZipStoreReader(tmp_path / "c.zip") as r, pytest.raises(ZipFormatError, match="'v/3'"):
+        r.read_ids(0, 10)
