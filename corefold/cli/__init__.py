@@ -17,6 +17,7 @@ from corefold.errors import CorefoldError
 #: Subcommands in pipeline order: (name, module, one-line help).
 COMMANDS: list[tuple[str, str, str]] = [
     ("inspect", "corefold.cli.inspect", "print a model's ops, parameters, MACs, memory and time on a target"),
+    ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
     ("split", "corefold.cli.split", "cut operators whose data exceeds a core's memory into same-type pieces"),
     ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
