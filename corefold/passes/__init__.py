@@ -1,0 +1,1 @@
+"""Graph-to-graph transformations, one package per method; a pass returns what it changed."""

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+
+from corefold.errors import DataError
+from corefold.ir import parse
+from corefold.passes.quantize.calibrate import (
+    RunningHistogram,
+    TensorStats,
+    clip_magnitude,
+    load_calibration,
+)
+
+
+def test_histogram_streaming_matches_one_shot():
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal(1000) * s for s in (0.1, 1.0, 5.0)]
+    h = RunningHistogram(256)
+    for p in parts:
+        h.add(np.abs(p))
+    allx = np.abs(np.concatenate(parts))
+    assert h.counts.sum() == allx.size
+    ref, _ = np.histogram(allx, bins=256, range=(0, h.top))
+    # merged bins are exact except values on a bin edge
+    assert np.abs(ref - h.counts).sum() <= 4
+    assert abs(h.percentile(50) - np.percentile(allx, 50)) <= 2 * h.top / 256
+
+
+def test_mse_clips_outliers():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.standard_normal(1_000_000), [50.0]])
+    s = TensorStats()
+    s.add(x)
+    assert clip_magnitude(s, "minmax", 127) == 50.0
+    m = clip_magnitude(s, "mse", 127)
+    assert 2.0 < m < 10.0
+    assert clip_magnitude(s, "percentile", 127, 99.0) == pytest.approx(np.percentile(np.abs(x), 99.0), rel=0.05)
+
+
+G = """graph g opset 21
+input x: float32[1, 3]
+node r = Relu(x) -> (y: float32[1, 3])
+output y
+"""
+
+
+def test_calibration_data_checks(tmp_path):
+    g = parse(G)
+    np.savez(tmp_path / "ok.npz", x=np.zeros((5, 3), np.float32))
+    assert load_calibration(tmp_path / "ok.npz", g).num_samples == 5
+    assert sum(1 for _ in load_calibration(tmp_path / "ok.npz", g).batches()) == 5
+    np.savez(tmp_path / "bad.npz", x=np.zeros((5, 4), np.float32))
+    with pytest.raises(DataError, match="shape"):
+        load_calibration(tmp_path / "bad.npz", g)
+    np.savez(tmp_path / "dt.npz", x=np.zeros((5, 3), np.float64))
+    with pytest.raises(DataError, match="dtype"):
+        load_calibration(tmp_path / "dt.npz", g)
+    np.savez(tmp_path / "miss.npz", z=np.zeros((5, 3), np.float32))
+    with pytest.raises(DataError, match="no array for input 'x'"):
+        load_calibration(tmp_path / "miss.npz", g)

@@ -1,0 +1,289 @@
+"""Integer execution of a QDQ graph: integer inputs, exact integer accumulation, requantization.
+
+For every ``QuantizeLinear`` whose input is computed by an op all of whose float inputs are
+``DequantizeLinear`` outputs (pattern ``DQ -> op [-> Relu/Clip] -> Q``), the quantized output
+is computed from the integers, as an integer-only chip does:
+
+* Conv / ConvTranspose-free / MatMul / Gemm: ``acc = sum (x - zx)(w - zw)`` exactly
+  (int64; int8/int16 products fit the int32 accumulator of the chip for the sizes here and
+  are never rounded), ``+ bias`` (int32 at scale ``sx * sw``), then
+  ``q = clip(round(acc * M) + zy)`` with the requantization multiplier
+  ``M = sx * sw / sy`` (per output channel);
+* Add / Sub: ``round(Ma (a - za) +- Mb (b - zb))``; Mul: ``round(M (a - za)(b - zb))``;
+* AveragePool / GlobalAveragePool: integer sums, one multiplier ``sx / (sy * count)``;
+* data movement and max (Reshape, Transpose, MaxPool, Concat, Relu, Pad, ...): applied to
+  the integers, rescaled only when the input and output scales differ.
+
+Any other op (Softmax, LayerNormalization, Erf, ...) runs in float between its DQ and Q, as
+ONNX Runtime does for ops without an integer kernel. The reference semantics are the float
+QDQ graph; an integer result differs from it only by rounding, so corefold and ONNX Runtime
+agree within one quantization step per element. O(sum of op costs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from corefold.errors import UnsupportedOpError
+from corefold.executor.registry import load_all
+from corefold.ir import Graph, Node, Value
+
+#: ops whose integer form is the same op on the integers (then a rescale)
+_INTEGER_LAYOUT = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "MaxPool",
+                   "GlobalMaxPool", "Slice", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth",
+                   "Relu", "Concat", "Pad", "Resize"}
+_INTEGER_OPS = {"Conv", "MatMul", "Gemm", "Add", "Sub", "Mul", "AveragePool", "GlobalAveragePool"} | _INTEGER_LAYOUT
+
+
+@dataclass
+class _QIn:
+    """A dequantized input: integers (int64, zero point removed), scale broadcast to the data."""
+
+    q: np.ndarray
+    scale: np.ndarray  # per-tensor () or per-axis, broadcastable to q
+    axis: int | None
+
+
+def _axis_shape(a: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    if a.ndim == 0:
+        return a
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return a.reshape(shape)
+
+
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    if dtype.name in ("int4", "uint4"):
+        return (-8, 7) if dtype.name == "int4" else (0, 15)
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def conv_integer(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """Exact N-d convolution of integer arrays (NCHW...), returned as int64.
+
+    im2col then a float64 matrix product: every partial sum is an integer below 2^53, so
+    the product is exact. O(N * Cout * Cin/g * prod(kernel) * prod(out)).
+    """
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET", "VALID", b"VALID"):
+        raise UnsupportedOpError("integer Conv supports explicit pads only (auto_pad NOTSET/VALID)")
+    nd = x.ndim - 2
+    k = w.shape[2:]
+    strides = list(attrs.get("strides", [1] * nd))
+    dil = list(attrs.get("dilations", [1] * nd))
+    pads = list(attrs.get("pads", [0] * 2 * nd))
+    group = int(attrs.get("group", 1))
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
+    out = [(xp.shape[2 + i] - dil[i] * (k[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    n, c = x.shape[:2]
+    cols = np.empty((n, c) + tuple(k) + tuple(out), np.float64)
+    for idx in np.ndindex(*k):
+        sl = tuple(slice(idx[i] * dil[i], idx[i] * dil[i] + strides[i] * (out[i] - 1) + 1, strides[i])
+                   for i in range(nd))
+        cols[(slice(None), slice(None)) + idx] = xp[(slice(None), slice(None)) + sl]
+    cg, mg = c // group, w.shape[0] // group
+    kk = int(np.prod(k))
+    res = np.empty((n, w.shape[0], int(np.prod(out))), np.float64)
+    wf = w.astype(np.float64)
+    for g in range(group):
+        col = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kk, -1)
+        wg = wf[g * mg:(g + 1) * mg].reshape(mg, cg * kk)
+        res[:, g * mg:(g + 1) * mg] = np.einsum("mk,nkp->nmp", wg, col, optimize=True)
+    return res.reshape((n, w.shape[0]) + tuple(out)).astype(np.int64)
+
+
+def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: np.dtype,
+                relu: bool = False) -> np.ndarray:
+    y = np.rint(acc.astype(np.float64) * multiplier)
+    if relu:
+        y = np.maximum(y, 0)
+    lo, hi = _int_range(dtype)
+    return np.clip(y + zp, lo, hi).astype(dtype)
+
+
+class IntegerRunner:
+    """Runs a QDQ graph with integer kernels where the pattern allows (module docstring).
+
+    ``integer_nodes`` lists the Q nodes computed in integers after construction.
+    """
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.kernels = load_all()
+        self.plan: dict[Node, tuple[Node, Node | None]] = {}
+        for q in graph.nodes:
+            if q.op_type != "QuantizeLinear":
+                continue
+            src = q.inputs[0].producer
+            act = None
+            if src is not None and src.op_type in ("Relu", "Clip"):
+                inner = src.inputs[0].producer
+                if (inner is not None and inner.op_type in ("Conv", "MatMul", "Gemm", "Add")
+                        and len(src.inputs[0].consumers()) == 1 and self._clip_is_relu(src)):
+                    act, src = src, inner
+            if src is None or src.op_type not in _INTEGER_OPS or src.domain:
+                continue
+            floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
+            if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
+                if src.op_type in _INTEGER_LAYOUT and src.op_type not in ("Concat", "Relu") and len(floats) != 1:
+                    continue
+                self.plan[q] = (src, act)
+        self.integer_nodes = [q.name for q in self.plan]
+        skip: set[Node] = set()
+        for _q, (src, act) in self.plan.items():
+            for n in (src, act):
+                if n is not None and all(c in self.plan or c is act for v in n.outputs for c in v.consumers()) \
+                        and not any(v in graph.outputs for v in n.outputs):
+                    skip.add(n)
+        self.skip = skip
+
+    @staticmethod
+    def _clip_is_relu(node: Node) -> bool:
+        if node.op_type == "Relu":
+            return True
+        lo = node.inputs[1] if len(node.inputs) > 1 else None
+        hi = node.inputs[2] if len(node.inputs) > 2 else None
+        return lo is not None and lo.const is not None and float(np.asarray(lo.const).reshape(-1)[0]) == 0.0 \
+            and (hi is None)
+
+    def _qin(self, v: Value, env: dict[str, np.ndarray]) -> _QIn:
+        dq = v.producer
+        q = env[dq.inputs[0].name]
+        scale = np.asarray(env[dq.inputs[1].name], np.float64)
+        axis = int(dq.attrs.get("axis", 1)) if scale.ndim else None
+        qi = q.astype(np.int64)
+        if len(dq.inputs) > 2 and dq.inputs[2] is not None:
+            z = np.asarray(env[dq.inputs[2].name]).astype(np.int64)
+            qi = qi - (_axis_shape(z, qi.ndim, axis) if axis is not None else z)
+        return _QIn(qi, scale, axis)
+
+    def _integer(self, q: Node, src: Node, act: Node | None, env: dict[str, np.ndarray]) -> np.ndarray:
+        ys = np.asarray(env[q.inputs[1].name], np.float64)
+        zy_arr = env[q.inputs[2].name] if len(q.inputs) > 2 and q.inputs[2] is not None else np.zeros((), np.uint8)
+        if ys.ndim:
+            raise UnsupportedOpError(f"per-axis activation scale on '{q.name}'")
+        zy = np.asarray(zy_arr).astype(np.int64)
+        dtype = np.asarray(zy_arr).dtype
+        relu = act is not None
+        op = src.op_type
+        ins = [self._qin(v, env) if v is not None and np.issubdtype(v.dtype, np.floating) else
+               (env[v.name] if v is not None else None) for v in src.inputs]
+        if op == "Conv":
+            x, w = ins[0], ins[1]
+            acc = conv_integer(x.q, w.q, src.attrs)
+            sw = w.scale if w.axis is None else w.scale.reshape(-1)
+            mult = x.scale * sw
+            if len(ins) > 2 and ins[2] is not None:
+                acc = acc + self._bias(ins[2], mult, acc.ndim, 1)
+            return _requantize(acc, _axis_shape(np.asarray(mult / ys), acc.ndim, 1), zy, dtype, relu)
+        if op == "MatMul":
+            a, b = ins
+            acc = np.matmul(a.q.astype(np.float64), b.q.astype(np.float64)).astype(np.int64)
+            sb = b.scale
+            if b.axis is not None:
+                if b.axis % b.q.ndim != b.q.ndim - 1:
+                    raise UnsupportedOpError(f"MatMul '{src.name}': per-axis weight scale not on the last axis")
+                sb = sb.reshape(-1)
+            if a.axis is not None:
+                raise UnsupportedOpError(f"MatMul '{src.name}': per-axis scale on the left input")
+            return _requantize(acc, a.scale * sb / ys, zy, dtype, relu)
+        if op == "Gemm":
+            a, b = ins[0], ins[1]
+            am = a.q.T if src.attrs.get("transA", 0) else a.q
+            bm = b.q.T if src.attrs.get("transB", 0) else b.q
+            acc = (am.astype(np.float64) @ bm.astype(np.float64)).astype(np.int64)
+            sb = b.scale.reshape(-1) if b.axis is not None else b.scale
+            alpha, beta = float(src.attrs.get("alpha", 1.0)), float(src.attrs.get("beta", 1.0))
+            mult = alpha * a.scale * sb
+            if len(ins) > 2 and ins[2] is not None:
+                if beta != 1.0 or alpha != 1.0:
+                    raise UnsupportedOpError(f"Gemm '{src.name}': integer bias needs alpha = beta = 1")
+                acc = acc + self._bias(ins[2], mult, acc.ndim, -1)
+            return _requantize(acc, mult / ys, zy, dtype, relu)
+        if op in ("Add", "Sub", "Mul"):
+            a, b = ins
+            if not isinstance(a, _QIn) or not isinstance(b, _QIn) or a.axis is not None or b.axis is not None:
+                raise UnsupportedOpError(f"{op} '{src.name}': needs two per-tensor quantized inputs")
+            if op == "Mul":
+                return _requantize(a.q * b.q, a.scale * b.scale / ys, zy, dtype, relu)
+            sign = -1.0 if op == "Sub" else 1.0
+            y = np.rint((a.scale / ys) * a.q + sign * (b.scale / ys) * b.q)
+            return _requantize(y, np.float64(1.0), zy, dtype, relu)
+        if op in ("AveragePool", "GlobalAveragePool"):
+            x = ins[0]
+            if op == "GlobalAveragePool":
+                axes = tuple(range(2, x.q.ndim))
+                acc = x.q.sum(axis=axes, keepdims=True)
+                count = int(np.prod([x.q.shape[i] for i in axes]))
+                return _requantize(acc, x.scale / (ys * count), zy, dtype, relu)
+            # integer sums are exact in float64; the kernel's division by the count is the
+            # one rescale folded into the multiplier
+            avg = self.kernels[op](src.attrs, [x.q.astype(np.float64)])[0]
+            return _requantize(avg, x.scale / ys, zy, dtype, relu)
+        # layout ops and Relu/Concat: on the integers, rescaled to the output scale
+        if op == "Concat":
+            parts = [np.rint(v.q * (v.scale / ys)) for v in ins]
+            y = self.kernels[op](src.attrs, [p.astype(np.float64) for p in parts])[0]
+            return _requantize(y, np.float64(1.0), zy, dtype, relu)
+        x = ins[0]
+        if x.axis is not None:
+            raise UnsupportedOpError(f"{op} '{src.name}': per-axis scale on its input")
+        rest = [a if not isinstance(a, _QIn) else None for a in ins[1:]]
+        if op == "Pad" and len(src.inputs) > 2 and src.inputs[2] is not None and isinstance(ins[2], _QIn):
+            rest[1] = np.asarray(0.0)  # pad value is quantized separately; a zero-point-free 0
+        y = self.kernels[op](src.attrs, [x.q.astype(np.float64)] + rest)[0]
+        return _requantize(y, x.scale / ys, zy, dtype, relu)
+
+    def _bias(self, b, mult: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+        """The bias as integers at scale ``mult`` (re-rounded if stored at another scale)."""
+        if isinstance(b, _QIn):
+            bs = b.scale.reshape(-1) if b.axis is not None else b.scale
+            if np.allclose(bs, mult, rtol=1e-6, atol=0):
+                bi = b.q
+            else:
+                bi = np.rint(b.q * (bs / mult)).astype(np.int64)
+        else:
+            bi = np.rint(np.asarray(b, np.float64) / mult).astype(np.int64)
+        return _axis_shape(bi, ndim, axis) if axis == 1 else bi
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph outputs by name (the executor's feed checks apply)."""
+        check_feeds(self.graph, feeds)
+        env: dict[str, np.ndarray] = {v.name: feeds[v.name] for v in self.graph.inputs}
+        for v in self.graph.constants.values():
+            env[v.name] = v.const
+        for n in self.graph.topological_order():
+            if n in self.skip:
+                continue
+            if n in self.plan:
+                src, act = self.plan[n]
+                env[n.outputs[0].name] = self._integer(n, src, act, env)
+                continue
+            fn = self.kernels.get(n.op_type)
+            if fn is None:
+                raise UnsupportedOpError(f"node '{n.name}': no kernel for operator {n.op_type}")
+            res = fn(n.attrs, [env[v.name] if v is not None else None for v in n.inputs])
+            for v, r in zip(n.outputs, res, strict=False):
+                env[v.name] = r
+        return {v.name: env[v.name] for v in self.graph.outputs}
+
+
+def check_feeds(graph: Graph, feeds: dict[str, np.ndarray]) -> None:
+    """Raise DataError for a missing, mis-shaped or mis-typed feed (as the executor does)."""
+    from corefold.errors import DataError
+
+    for v in graph.inputs:
+        if v.name not in feeds:
+            raise DataError(f"missing input '{v.name}'")
+        x = np.asarray(feeds[v.name])
+        if v.shape is not None and tuple(x.shape) != tuple(v.shape):
+            raise DataError(f"input '{v.name}' has shape {list(x.shape)}, the model expects {list(v.shape)}")
+        if x.dtype != v.dtype:
+            raise DataError(f"input '{v.name}' has dtype {x.dtype}, the model expects {v.dtype}")
+
+
+def run_integer(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a QDQ graph with integer arithmetic where possible (see :class:`IntegerRunner`)."""
+    return IntegerRunner(graph).run(feeds)

@@ -1,0 +1,143 @@
+"""QDQ insertion on small conv / matmul graphs: ORT runs the result, the integer executor
+agrees with ORT within one step, and the quantized outputs stay close to the float ones."""
+
+import json
+
+import numpy as np
+import pytest
+
+from corefold.executor import run
+from corefold.frontend.onnx import to_onnx
+from corefold.ir import parse
+from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+from corefold.passes.quantize.integer import IntegerRunner
+from corefold.passes.quantize.params import SYMMETRIC, UNSIGNED
+
+
+def _conv_text(rng) -> str:
+    w1 = rng.standard_normal((4, 2, 3, 3)) * 0.4
+    b1 = rng.standard_normal(4) * 0.1
+    w2 = rng.standard_normal((3, 8, 1, 1)) * 0.4
+    w3 = rng.standard_normal((5, 27)) * 0.3
+    f = lambda a: json.dumps([round(float(v), 4) for v in a.ravel()])  # noqa: E731
+    return f"""graph convnet opset 21
+input x: float32[1, 2, 6, 6]
+const w1: float32[4, 2, 3, 3] = {f(w1)}
+const b1: float32[4] = {f(b1)}
+const w2: float32[3, 8, 1, 1] = {f(w2)}
+const w3: float32[5, 27] = {f(w3)}
+const lo: float32[] = [0.0]
+const hi: float32[] = [6.0]
+node conv1 = Conv(x, w1, b1) attrs {{"pads": [1, 1, 1, 1]}} -> (c1: float32[1, 4, 6, 6])
+node relu1 = Relu(c1) -> (r1: float32[1, 4, 6, 6])
+node clip1 = Clip(c1, lo, hi) -> (k1: float32[1, 4, 6, 6])
+node cat = Concat(r1, k1) attrs {{"axis": 1}} -> (cc: float32[1, 8, 6, 6])
+node pool = MaxPool(cc) attrs {{"kernel_shape": [2, 2], "strides": [2, 2]}} -> (p: float32[1, 8, 3, 3])
+node conv2 = Conv(p, w2) -> (c2: float32[1, 3, 3, 3])
+node flat = Flatten(c2) -> (fl: float32[1, 27])
+node gemm = Gemm(fl, w3) attrs {{"transB": 1}} -> (y: float32[1, 5])
+output y
+"""
+
+
+MATMUL = """graph mm opset 21
+input a: float32[1, 4, 8]
+input b: float32[1, 4, 8]
+const w: float32[8, 6] = {w}
+const bias: float32[6] = {bias}
+node add = Add(a, b) -> (s: float32[1, 4, 8])
+node mm = MatMul(s, w) -> (m: float32[1, 4, 6])
+node addb = Add(m, bias) -> (y: float32[1, 4, 6])
+output y
+"""
+
+
+def _calib(tmp_path, graph, rng, n=24):
+    arrays = {v.name: rng.standard_normal((n,) + tuple(v.shape[1:])).astype(np.float32) for v in graph.inputs}
+    np.savez(tmp_path / "calib.npz", **arrays)
+    return load_calibration(tmp_path / "calib.npz", graph)
+
+
+def _ort(graph):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(to_onnx(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _sqnr(ref, out):
+    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((out - ref).astype(np.float64) ** 2))
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_conv_graph_qdq_runs_in_ort_and_integer_agrees(tmp_path, bits):
+    rng = np.random.default_rng(0)
+    text = _conv_text(rng)
+    float_graph = parse(text)
+    graph = parse(text)
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng), QuantizeSettings(bits=bits, quantize_outputs=True),
+                         progress=False)
+    plan = res.plan
+    # static ranges and the seed's mode rule
+    assert plan["r1"].mode == UNSIGNED and plan["cc"].mode == UNSIGNED
+    assert plan["y"].mode == SYMMETRIC and plan["w1"].mode == SYMMETRIC and plan["w1"].axis == 0
+    assert plan["c1"].mode == SYMMETRIC  # two readers (ReLU and Clip): not fused, stored signed
+    # one scale for the concat's inputs and output
+    assert float(plan["r1"].k) == float(plan["k1"].k) == float(plan["cc"].k)
+    assert plan["b1"].bits == 32
+    sess = _ort(graph)
+    runner = IntegerRunner(graph)
+    assert {"cc_quantize", "p_quantize", "y_quantize"} <= set(runner.integer_nodes)
+    step = 1.0 / float(plan["y"].k)
+    refs, outs = [], []
+    for _ in range(8):
+        x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = runner.run({"x": x})["y"]
+        assert np.abs(got - want).max() <= step * 1.0001
+        refs.append(run(float_graph, {"x": x})["y"])
+        outs.append(want)
+    assert _sqnr(np.concatenate(refs), np.concatenate(outs)) > (25 if bits == 8 else 60)
+
+
+def test_matmul_graph(tmp_path):
+    rng = np.random.default_rng(1)
+    f = lambda a: json.dumps([round(float(v), 4) for v in a.ravel()])  # noqa: E731
+    text = MATMUL.format(w=f(rng.standard_normal((8, 6))), bias=f(rng.standard_normal(6)))
+    graph = parse(text)
+    ref_graph = parse(text)
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng), QuantizeSettings(calibration="minmax", quantize_outputs=True),
+                         progress=False)
+    assert res.plan["w"].axis == 1
+    sess = _ort(graph)
+    runner = IntegerRunner(graph)
+    assert {"s_quantize", "m_quantize", "y_quantize"} <= set(runner.integer_nodes)
+    step = 1.0 / float(res.plan["y"].k)
+    for _ in range(5):
+        feeds = {k: rng.standard_normal((1, 4, 8)).astype(np.float32) for k in ("a", "b")}
+        want = sess.run(None, feeds)[0]
+        assert np.abs(runner.run(feeds)["y"] - want).max() <= step * 1.0001
+        assert _sqnr(run(ref_graph, feeds)["y"], want) > 25
+
+
+def test_unsigned_rule_beats_symmetric_on_relu(tmp_path):
+    from corefold.passes.quantize.mixed import simulate, sqnr_db
+
+    rng = np.random.default_rng(2)
+    text = _conv_text(rng)
+    xs = [{"x": rng.standard_normal((1, 2, 6, 6)).astype(np.float32)} for _ in range(8)]
+    results = {}
+    for unsigned in (True, False):
+        g = parse(text)
+        g.outputs = [g.value("cc")]
+        ref = [simulate(g, {}, f) for f in xs]
+        res = quantize_graph(g, _calib(tmp_path, g, np.random.default_rng(3)),
+                             QuantizeSettings(unsigned_rule=unsigned, calibration="minmax", quantize_outputs=True),
+                             progress=False)
+        assert res.plan["cc"].mode == (UNSIGNED if unsigned else SYMMETRIC)
+        # only the ReLU/Clip concat output quantized: the rule itself
+        g2 = parse(text)
+        g2.outputs = [g2.value("cc")]
+        only = {"cc": res.plan["cc"]}
+        results[unsigned] = sqnr_db([y for r in ref for y in r], [y for f in xs for y in simulate(g2, only, f)])
+    # twice the levels on a non-negative tensor: about 6 dB
+    assert results[True] > results[False] + 5
