@@ -423,6 +423,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         if slot_xy is not None:
             c0 = slot_xy[s0].mean(axis=0).astype(np.float64)
             c1 = slot_xy[s1].mean(axis=0).astype(np.float64)
+        if slot_xy is not None and bias_scale != 0.0:
             bias = bias_scale * external_bias(indptr, indices, weights, verts, local, center, c0, c1)
         else:
             bias = np.zeros(verts.size)
