@@ -28,7 +28,7 @@ from corefold.errors import CapacityError, TargetError
 from corefold.mapping import objectives
 from corefold.mapping.partition.coarsen import coarsen, finest_level
 from corefold.mapping.partition.initial import halves, recursive_bisection
-from corefold.mapping.partition.refine import refine, repair_capacity
+from corefold.mapping.partition.refine import refine, refine_with_swaps, repair_capacity
 from corefold.mapping.place.force import improve_placement
 from corefold.mapping.place.initial import choose_region, place_groups, region_split
 from corefold.mapping.settings import MapSettings
@@ -186,7 +186,10 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
                           anneal, settings.anneal_max_work)
         dist = dist_all[np.ix_(pos, pos)]
-        if topology_aware or settings.swap_passes > 0:
+        if topology_aware and settings.vertex_swap_rounds > 0:
+            refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
+                              dist, rng, settings.vertex_swap_rounds, settings.refine_passes, settings.debug)
+        elif topology_aware or settings.swap_passes > 0:
             refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,
                    rng, settings.refine_passes, settings.debug)
         bar.update(1)

@@ -54,6 +54,8 @@ class MapSettings:
         coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
             capacity, shrinking linearly to 0 at the finest level, where repair enforces
             the exact capacity.
+        vertex_swap_rounds: rounds of (move refinement, pairwise vertex swaps between parts)
+            on the final placement, until a round's swaps gain nothing (0 = moves only).
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -79,6 +81,7 @@ class MapSettings:
     anneal_max_steps: int = 20_000_000
     anneal_max_work: float = 1.5e8
     coarse_slack: float = 0.0
+    vertex_swap_rounds: int = 8
     debug: bool = False
     trace: bool = False
 
