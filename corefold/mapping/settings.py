@@ -55,7 +55,11 @@ class MapSettings:
             capacity, shrinking linearly to 0 at the finest level, where repair enforces
             the exact capacity.
         vertex_swap_rounds: rounds of (move refinement, pairwise vertex swaps between parts)
-            on the final placement, until a round's swaps gain nothing (0 = moves only).
+            on the final placement, until a round's swaps gain nothing or the round gains
+            less than ``vertex_swap_min_gain`` of the traffic (0 = moves only).
+        max_restarts, restart_work: graphs with few vertices are mapped
+            ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
+            given seed, and the mapping with the least hop-weighted traffic is kept.
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -82,6 +86,9 @@ class MapSettings:
     anneal_max_work: float = 1.5e8
     coarse_slack: float = 0.0
     vertex_swap_rounds: int = 8
+    vertex_swap_min_gain: float = 0.005
+    max_restarts: int = 4
+    restart_work: int = 30_000
     debug: bool = False
     trace: bool = False
 

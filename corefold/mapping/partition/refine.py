@@ -468,8 +468,11 @@ def swap_pass(indptr, indices, weights, loads, part, fill, caps, dist) -> tuple[
 
 
 def refine_with_swaps(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.random.Generator,
-                      rounds: int = 8, move_passes: int = 3, debug: bool = False) -> float:
+                      rounds: int = 8, move_passes: int = 3, debug: bool = False, min_gain: float = 0.0) -> float:
     """Alternate move refinement and swap passes until a round gains nothing (at most ``rounds``).
+
+    A round that lowers sum w * D by less than ``min_gain`` (a fraction of its value before
+    the round) is the last one.
 
     Returns the total decrease of sum w * D; ``part``/``fill`` updated in place, never over ``caps``.
 
@@ -479,6 +482,7 @@ def refine_with_swaps(indptr, indices, weights, loads, part, fill, caps, dist, r
     from corefold.mapping.objectives import _edge_costs
 
     total = 0.0
+    cost = _edge_costs(indptr, indices, weights, part, dist)[1] if min_gain > 0 else 0.0
     for _ in range(rounds):
         before = _edge_costs(indptr, indices, weights, part, dist)[1] if debug else 0.0
         g = refine(indptr, indices, weights, loads, part, fill, caps, dist, rng, move_passes, debug)
@@ -489,6 +493,7 @@ def refine_with_swaps(indptr, indices, weights, loads, part, fill, caps, dist, r
                 raise ObjectiveMismatch(f"objective function mismatch: refinement gained {g + sg}, "
                                         f"recomputed {before - after}")
         total += g + sg
-        if sg <= 1e-12:
+        if sg <= 1e-12 or g + sg < min_gain * cost:
             break
+        cost -= g + sg
     return total
