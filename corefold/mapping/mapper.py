@@ -165,7 +165,8 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    settings.bisection_restarts, slots_xy if topology_aware else None,
                                    multilevel, settings.bisection_matching_repeats, settings.min_shrink,
                                    progress=bar.update, bias_scale=settings.bias_scale,
-                                   top_tries=settings.top_bisection_tries)
+                                   top_tries=settings.top_bisection_tries,
+                                   rebalance_moves=settings.rebalance_moves)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]

@@ -57,6 +57,8 @@ class MapSettings:
         vertex_swap_rounds: rounds of (move refinement, pairwise vertex swaps between parts)
             on the final placement, until a round's swaps gain nothing or the round gains
             less than ``vertex_swap_min_gain`` of the traffic (0 = moves only).
+        rebalance_moves: at most this many overflow-lowering moves per bisection level
+            when a side is over a capacity (two binding capacities; 0 = off).
         max_restarts, restart_work: graphs with few vertices are mapped
             ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
             given seed, and the mapping with the least hop-weighted traffic is kept.
@@ -87,6 +89,7 @@ class MapSettings:
     coarse_slack: float = 0.0
     vertex_swap_rounds: int = 8
     vertex_swap_min_gain: float = 0.005
+    rebalance_moves: int = 2000
     max_restarts: int = 4
     restart_work: int = 30_000
     debug: bool = False
