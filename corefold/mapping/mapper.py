@@ -89,9 +89,10 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     if runs <= 1:
         return _map_once(topo, target, settings, np.random.default_rng(seed), show)
     seeds = np.random.default_rng(seed).integers(0, 2**31, runs)
-    # NOTE: the runs share one annealing budget (measured on lenet: 1/10 of it anneals
-    # the 36 groups as well as all of it).
-    settings = replace(settings, anneal_steps_per_group=settings.anneal_steps_per_group // runs)
+    # NOTE: the runs share ``restart_anneal_share`` of one run's annealing budget (measured
+    # on lenet: a tenth of it anneals the 36 groups as well as all of it).
+    settings = replace(settings, anneal_steps_per_group=int(settings.anneal_steps_per_group
+                                                            * settings.restart_anneal_share / runs))
     best = None
     for r in range(runs):
         m = _map_once(topo, target, settings, np.random.default_rng(int(seeds[r])), show)

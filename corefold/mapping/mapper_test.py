@@ -120,7 +120,8 @@ def test_restarts_keep_the_best_run_and_are_deterministic():
     b = map_topology(topo, target, settings, seed=5, progress=False)
     _check(topo, target, a)
     assert (a.core_xy == b.core_xy).all() and a.summary["restarts"] == 3
-    shared = replace(settings, anneal_steps_per_group=settings.anneal_steps_per_group // 3)
+    shared = replace(settings, anneal_steps_per_group=int(settings.anneal_steps_per_group
+                                                          * settings.restart_anneal_share / 3))
     runs = [_map_once(topo, target, shared, np.random.default_rng(int(s)), False)
             for s in np.random.default_rng(5).integers(0, 2**31, 3)]
     best = min(runs, key=lambda m: m.summary["traffic_estimate"])

@@ -61,7 +61,8 @@ class MapSettings:
             when a side is over a capacity (two binding capacities; 0 = off).
         max_restarts, restart_work: graphs with few vertices are mapped
             ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
-            given seed, and the mapping with the least hop-weighted traffic is kept.
+            given seed, and the mapping with the least hop-weighted traffic is kept. The
+            runs share ``restart_anneal_share`` of one run's annealing steps.
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -91,7 +92,8 @@ class MapSettings:
     vertex_swap_min_gain: float = 0.005
     rebalance_moves: int = 2000
     max_restarts: int = 4
-    restart_work: int = 30_000
+    restart_work: int = 20_000
+    restart_anneal_share: float = 0.3
     debug: bool = False
     trace: bool = False
 
