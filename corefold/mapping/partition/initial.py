@@ -306,7 +306,8 @@ def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
     move that then brings it below where it was, or the search stops. Greedy growing stops
     at the first capacity it reaches and FM never moves into a full side, so with two
     binding capacities (neurons and synapses) a bisection can leave a side far over.
-    ``side`` (int64 0/1) is updated in place. O(moves * n + m); nothing when both fit.
+    ``side`` (int64 0/1) is updated in place. O(moves * n + m), moves at most
+    ``max_moves`` and at most max(100, 3e8 / n); nothing when both fit.
 
     Returns:
         the number of moves.
@@ -330,7 +331,9 @@ def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
             else:
                 gain[v] -= weights[e]
     moves = 0
-    while moves < max_moves:
+    # NOTE: each step scans all n vertices; cap the work at about 3e8 vertex visits
+    limit = min(max_moves, max(100, 300_000_000 // (n + 1)))
+    while moves < limit:
         before = _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale)
         if before == 0.0:
             break
