@@ -14,12 +14,15 @@ import sys
 
 from corefold.errors import CorefoldError
 
-#: Subcommands in pipeline order: (name, module, one-line help).
+#: Subcommands in pipeline order (M5 quantize, M3 split and order, M4 topology and map): (name, module, help).
 COMMANDS: list[tuple[str, str, str]] = [
     ("inspect", "corefold.cli.inspect", "print a model's ops, parameters, MACs, memory and time on a target"),
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
     ("quantize", "corefold.cli.quantize", "range-aware post-training quantization to a QDQ ONNX model"),
+    ("split", "corefold.cli.split", "cut operators whose data exceeds a core's memory into same-type pieces"),
+    ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
     ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
+    ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),
 ]
 
 

@@ -1,1 +1,1 @@
-"""Graph passes: each a function over an IR graph that returns what it changed."""
+"""Graph-to-graph transformations, one package per method; a pass returns what it changed."""

@@ -1,0 +1,208 @@
+"""The mapper: neuron-level topology -> one core per neuron, capacities never exceeded.
+
+Phases (SPEC M4), each with a progress bar on stderr:
+
+1. coarsen (:mod:`.partition.coarsen`) with heavy-edge matching;
+2. initial partition (:mod:`.partition.initial`) of the coarsest graph by recursive
+   greedy-growing bisection. Strategy ``topology`` (default) splits along the target
+   region, so every part is born on a core (dual recursive bisection); strategy ``seed``
+   splits by part count and places afterwards;
+3. uncoarsen and refine (:mod:`.partition.refine`): project, repair capacities, refine
+   (hop-weighted traffic for ``topology``, the cut for ``seed``);
+4. place (:mod:`.place.initial`, :mod:`.place.force`): region bisection of the group graph
+   (``seed``), then force-directed and pairwise swaps on the group graph.
+
+Memory: the hierarchy is a list of CSR levels (int32 indices, float64 weights); no Python
+object per vertex or edge.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corefold.errors import CapacityError, TargetError
+from corefold.mapping import objectives
+from corefold.mapping.partition.coarsen import coarsen, finest_level
+from corefold.mapping.partition.initial import halves, recursive_bisection
+from corefold.mapping.partition.refine import refine, repair_capacity
+from corefold.mapping.place.force import improve_placement
+from corefold.mapping.place.initial import choose_region, place_groups, region_split
+from corefold.mapping.settings import MapSettings
+from corefold.mapping.topology.model import Topology
+
+
+@dataclass
+class Mapping:
+    """Result: ``core_xy`` int64 (n, 2) global core coordinates per vertex, and a summary."""
+
+    core_xy: np.ndarray
+    summary: dict = field(default_factory=dict)
+
+
+def _bar(enabled: bool, desc: str, total: int | None = None, disable_reason: bool = False):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False,
+                disable=not enabled or disable_reason)
+
+
+def core_capacities(target) -> np.ndarray:
+    """(neurons, synapses) per core as int64 (2,); synapses unbounded (int64 max / 2^20) if unset.
+
+    Raises:
+        TargetError: the target has no neuron capacity.
+    """
+    if target.neurons_per_core is None:
+        raise TargetError(f"target '{target.name}' has no core.neurons (neurons per core); "
+                          "use a neuromorphic target or --neurons-per-core")
+    syn = target.synapses_per_core if target.synapses_per_core is not None else np.iinfo(np.int64).max >> 20
+    return np.array([target.neurons_per_core, syn], np.int64)
+
+
+def map_topology(topo: Topology, target, settings: MapSettings | None = None, seed: int = 0,
+                 progress: bool | None = None) -> Mapping:
+    """Map every vertex of ``topo`` to one core of ``target``.
+
+    Args:
+        topo: symmetric weighted graph with neuron and synapse loads per vertex.
+        target: a :class:`corefold.target.Target` with ``neurons_per_core`` (and optionally
+            ``synapses_per_core``, ``unusable_cores``, several chips).
+        settings: mapper knobs (default preset if None).
+        seed: seeds every random choice; same input and seed give the same mapping.
+        progress: show progress bars (default: when stderr is a terminal).
+
+    Returns:
+        a :class:`Mapping`; every core holds at most its capacity in every dimension.
+
+    Raises:
+        CapacityError: the topology cannot fit the usable cores, or one vertex exceeds a core.
+        TargetError: the target has no neuron capacity.
+    """
+    settings = settings or MapSettings()
+    show = sys.stderr.isatty() if progress is None else progress
+    rng = np.random.default_rng(seed)
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    caps = core_capacities(target)
+    loads = objectives.loads_of(topo)
+    n = topo.num_vertices
+    if n == 0:
+        return Mapping(np.zeros((0, 2), np.int64), {"cores_used": 0})
+    too_big = np.flatnonzero((loads > caps[None, :]).any(axis=1))
+    if too_big.size:
+        v = int(too_big[0])
+        raise CapacityError(f"vertex {v} needs {loads[v, 0]} neurons and {loads[v, 1]} synapses, "
+                            f"more than one core holds ({caps[0]} neurons, {caps[1]} synapses)")
+    usable = np.array(target.usable_cores, np.int64).reshape(-1, 2)
+    total = loads.sum(axis=0)
+    need = int(max(np.ceil(total / caps).max(), 1))
+    if need > usable.shape[0]:
+        raise CapacityError(f"{total[0]} neurons and {total[1]} synapses need at least {need} cores of "
+                            f"{caps[0]} neurons / {caps[1]} synapses, but the target has {usable.shape[0]} "
+                            "usable cores")
+    k = int(np.ceil((total / (caps * settings.max_fill)).max()))
+    k = max(need, min(k, usable.shape[0], n))
+    width, height = target.width, target.height
+    mw, mh, kappa = target.mesh_width, target.mesh_height, target.interchip_hop_cost
+    slots_xy = choose_region(usable, k, width, height, mw, mh, kappa)
+    grid = np.full((height, width), -1, np.int64)
+    grid[usable[:, 1], usable[:, 0]] = np.arange(usable.shape[0])
+    dist_all = objectives.hop_distance_matrix(usable, mw, mh, kappa)
+    slot_caps = np.repeat(caps[None, :], k, axis=0)
+    times["setup"] = time.perf_counter() - t0
+
+    # 1. coarsen
+    t = time.perf_counter()
+    limit = np.maximum(np.floor(caps * settings.matching_limit), 1).astype(np.int64)
+    multilevel = settings.bisection_level == "finest"
+    with _bar(show, "coarsen", disable_reason=multilevel) as bar:
+        levels = [finest_level(topo, loads)] if multilevel else coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
+                         settings.max_levels, min_vertices=2 * k,
+                         expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1))
+    times["coarsen"] = time.perf_counter() - t
+
+    # 2. initial partition of the coarsest graph
+    t = time.perf_counter()
+    top = levels[-1]
+    topology_aware = settings.strategy == "topology"
+    split = region_split(slots_xy) if topology_aware else halves
+    with _bar(show, "initial partition", total=k - 1) as bar:
+        part = recursive_bisection(top.indptr, top.indices, top.weights, top.loads, slot_caps, split, rng,
+                                   settings.bisection_restarts, slots_xy if topology_aware else None,
+                                   multilevel, settings.bisection_matching_repeats, settings.min_shrink,
+                                   progress=bar.update, bias_scale=settings.bias_scale,
+                                   top_tries=settings.top_bisection_tries)
+    pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
+    if topology_aware:
+        dist = dist_all[np.ix_(pos, pos)]
+    else:
+        dist = 1.0 - np.eye(k)
+    fill = objectives.part_fill(top.loads, part, k)
+    coarsest_vertices = top.n
+    del top
+    times["initial"] = time.perf_counter() - t
+
+    trace: list = []
+    # 3. uncoarsen and refine (placement of the coarse groups first, when topology-aware)
+    t = time.perf_counter()
+    with _bar(show, "uncoarsen", total=len(levels)) as bar:
+        for li in range(len(levels) - 1, -1, -1):
+            lv = levels[li]
+            slack = settings.coarse_slack * li / max(len(levels) - 1, 1)
+            level_caps = np.floor(slot_caps * (1.0 + slack)).astype(np.int64)
+            if li < len(levels) - 1:
+                part = part[lv.coarse_of]
+                levels[li + 1] = None  # free the coarser level
+            repair_capacity(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist)
+            if topology_aware and li == len(levels) - 1:
+                q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
+                improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
+                                  settings.force_iterations, settings.swap_passes, settings.swap_radius,
+                                  settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps),
+                                  settings.anneal_max_work)
+                dist = dist_all[np.ix_(pos, pos)]
+            gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
+                          settings.refine_passes, settings.debug)
+            if settings.trace:
+                trace.append((lv.n, objectives._edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
+            bar.update(1)
+    finest = levels[0]
+    times["uncoarsen"] = time.perf_counter() - t
+
+    # 4. place the groups (seed order) and polish
+    t = time.perf_counter()
+    with _bar(show, "place") as bar:
+        q = objectives.quotient_graph(finest.indptr, finest.indices, finest.weights, part, k)
+        if not topology_aware:
+            pos = grid[slots_xy[:, 1], slots_xy[:, 0]][place_groups(q, slots_xy, rng, settings.bisection_restarts)]
+        # NOTE: topology-aware groups were annealed before the last refinement already;
+        # only the seed order places from scratch here.
+        anneal = 0 if topology_aware else min(settings.anneal_steps_per_group * k, settings.anneal_max_steps)
+        improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
+                          settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
+                          anneal, settings.anneal_max_work)
+        dist = dist_all[np.ix_(pos, pos)]
+        if topology_aware or settings.swap_passes > 0:
+            refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,
+                   rng, settings.refine_passes, settings.debug)
+        bar.update(1)
+    left = repair_capacity(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
+                           dist, rounds=100, rng=rng)
+    if left:
+        raise CapacityError(f"could not fit {total[0]} neurons / {total[1]} synapses into {k} cores of "
+                            f"{caps[0]} / {caps[1]}: {left} cores stay over capacity")
+    times["place"] = time.perf_counter() - t
+    core_xy = usable[pos[part]]
+    summary = {
+        "cores_used": k,
+        "levels": len(levels),
+        "coarsest_vertices": int(coarsest_vertices),
+        "time": times,
+        "trace": trace,
+        "seconds": time.perf_counter() - t0,
+    }
+    return Mapping(core_xy, summary)

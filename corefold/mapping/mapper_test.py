@@ -1,0 +1,109 @@
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from corefold.errors import CapacityError
+from corefold.mapping import objectives
+from corefold.mapping.mapper import map_topology
+from corefold.mapping.settings import MapSettings
+from corefold.mapping.testing import conv_like_graph, grid_graph, random_graph
+from corefold.target import load_target
+
+FAST = replace(MapSettings.preset("fast"), anneal_steps_per_group=500)
+
+
+def _target(w, h, neurons, synapses=None, chips=(1, 1), unusable=(), cost=1.0):
+    t = load_target("neuromorphic")
+    return replace(t, mesh_width=w, mesh_height=h, chips_x=chips[0], chips_y=chips[1], neurons_per_core=neurons,
+                   synapses_per_core=synapses, unusable_cores=frozenset(unusable), interchip_hop_cost=cost)
+
+
+def _check(topo, target, mapping):
+    """Every neuron placed exactly once on a usable core, every capacity of every core kept."""
+    xy = mapping.core_xy
+    assert xy.shape == (topo.num_vertices, 2)
+    usable = set(target.usable_cores)
+    assert all((int(x), int(y)) in usable for x, y in np.unique(xy, axis=0))
+    core = xy[:, 1] * target.width + xy[:, 0]
+    neurons = np.bincount(core, weights=topo.neuron_sizes, minlength=target.num_cores)
+    synapses = np.bincount(core, weights=topo.synapses, minlength=target.num_cores)
+    assert neurons.sum() == topo.neuron_sizes.sum()
+    assert neurons.max() <= target.neurons_per_core
+    if target.synapses_per_core is not None:
+        assert synapses.max() <= target.synapses_per_core
+    return core
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("preset", ["default", "seed"])
+def test_random_graphs_respect_capacities(seed, preset):
+    rng = np.random.default_rng(seed)
+    topo = random_graph(int(rng.integers(200, 900)), float(rng.uniform(2, 8)), seed=seed)
+    settings = FAST if preset == "default" else MapSettings.preset("seed")
+    target = _target(4, 4, int(np.ceil(topo.num_vertices / 12)))
+    _check(topo, target, map_topology(topo, target, replace(settings, debug=True), seed=seed, progress=False))
+
+
+@pytest.mark.parametrize("fill", [0.98, 0.99, 1.0])
+def test_barely_fitting_graph_with_both_capacities_binding(fill):
+    rng = np.random.default_rng(int(fill * 100))
+    cores, per_core = 9, 60
+    n = int(cores * per_core * fill)
+    topo = conv_like_graph(n, 3)
+    # synapses in pairs (a, 6 - a): a packing that fills every core to the same sum exists
+    half = rng.integers(1, 6, (n + 1) // 2)
+    topo.synapses = rng.permutation(np.concatenate([half, 6 - half])[:n]).astype(np.int64)
+    syn_cap = int(np.ceil(topo.synapses.sum() / (cores * fill)))
+    target = _target(3, 3, per_core, syn_cap)
+    core = _check(topo, target, map_topology(topo, target, FAST, seed=1, progress=False))
+    assert np.unique(core).size >= int(np.ceil(n / per_core))
+
+
+def test_unusable_cores_and_chip_arrays():
+    topo = grid_graph(30, 30)
+    bad = {(0, 0), (3, 1), (2, 2)}
+    target = _target(2, 2, 80, chips=(2, 2), unusable=bad, cost=8.0)
+    m = map_topology(topo, target, FAST, seed=0, progress=False)
+    _check(topo, target, m)
+    ev = objectives.evaluate(topo, m.core_xy, target.width, target.height, target.mesh_width, target.mesh_height,
+                             8.0, (80, None))
+    assert ev["traffic"] >= ev["lower_bound"] >= ev["cut"] > 0
+
+
+def test_same_seed_same_mapping_and_summary_objectives():
+    topo = conv_like_graph(1500, 4)
+    target = _target(4, 3, 150)
+    a = map_topology(topo, target, FAST, seed=7, progress=False)
+    b = map_topology(topo, target, FAST, seed=7, progress=False)
+    np.testing.assert_array_equal(a.core_xy, b.core_xy)
+    assert a.summary["cores_used"] == 11  # ceil(1500 / (150 * 0.97))
+
+
+def test_mapping_beats_row_major_order_on_a_grid():
+    topo = grid_graph(40, 40)
+    target = _target(4, 4, 100)
+    m = map_topology(topo, target, MapSettings(), seed=0, progress=False)
+    _check(topo, target, m)
+    row_major = np.arange(1600) // 100
+    naive = np.stack([row_major % 4, row_major // 4], axis=1)
+    ev = objectives.evaluate(topo, m.core_xy, 4, 4, 4, 4, 1.0, (100, None))
+    ev_naive = objectives.evaluate(topo, naive, 4, 4, 4, 4, 1.0, (100, None))
+    assert ev["traffic"] < ev_naive["traffic"]
+    assert ev["traffic"] <= 1.6 * ev["lower_bound"]
+
+
+def test_too_big_raises_capacity_error_with_numbers():
+    topo = random_graph(500, 3, seed=0)
+    with pytest.raises(CapacityError, match="500 neurons .* need at least 63 cores .* 16 usable"):
+        map_topology(topo, _target(4, 4, 8), FAST, progress=False)
+    topo.neuron_sizes[3] = 9
+    with pytest.raises(CapacityError, match="vertex 3 needs 9 neurons"):
+        map_topology(topo, _target(30, 30, 8), FAST, progress=False)
+
+
+def test_target_without_neuron_capacity_is_a_target_error():
+    from corefold.errors import TargetError
+
+    with pytest.raises(TargetError, match="core.neurons"):
+        map_topology(grid_graph(3, 3), load_target("npu"), FAST, progress=False)

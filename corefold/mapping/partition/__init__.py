@@ -1,0 +1,1 @@
+"""Partitioning phases in data-flow order: ``coarsen`` -> ``initial`` -> ``refine``."""

@@ -1,0 +1,454 @@
+r"""Initial cut by greedy graph growing, and recursive bisection (SPEC M4 §3).
+
+Bisection: start from a random vertex; every unselected vertex v has the selection cost
+:math:`g(v) = w(v, U) - w(v, S)` (edges to unselected minus edges to selected); the cheapest
+vertex is moved into S and its neighbours' costs drop by 2w. A binary heap with lazy
+deletion holds the costs. Growing stops when the next vertex would push S over its target
+load in any dimension (neurons, synapses). Several random starts are tried and the cheapest
+cut is kept after a short capacity-aware two-way refinement.
+
+Recursive bisection splits a set of *slots* (cores, each with a capacity) into two with a
+caller-supplied ``split`` function and bisects the graph in proportion to the two halves'
+capacities, until every slot owns one part.
+
+Complexity: a bisection is O((n + m) log m) per restart; the recursion does
+O(log k) rounds over the whole graph.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+from corefold.mapping.partition.refine import refine
+
+CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
+
+
+@njit(cache=True)
+def _heap_push(hk, hv, size, key, v):
+    i = size
+    hk[i] = key
+    hv[i] = v
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] <= hk[i]:
+            break
+        hk[parent], hk[i] = hk[i], hk[parent]
+        hv[parent], hv[i] = hv[i], hv[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(hk, hv, size):
+    key = hk[0]
+    v = hv[0]
+    size -= 1
+    hk[0] = hk[size]
+    hv[0] = hv[size]
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= size:
+            break
+        c = left
+        if left + 1 < size and hk[left + 1] < hk[left]:
+            c = left + 1
+        if hk[i] <= hk[c]:
+            break
+        hk[c], hk[i] = hk[i], hk[c]
+        hv[c], hv[i] = hv[i], hv[c]
+        i = c
+    return key, v, size
+
+
+@njit(cache=True)
+def grow_bisection(indptr, indices, weights, loads, target, starts, bias):
+    """Greedy graph growing from ``starts[0]`` (later entries seed new components).
+
+    ``bias[v]`` is a fixed extra cost of selecting v (its external edges' cost on side 0
+    minus on side 1; zeros for a plain bisection).
+
+    Returns:
+        (side, cut): side[v] = 0 for selected, 1 otherwise; the weight crossing.
+    """
+    n = indptr.shape[0] - 1
+    side = np.ones(n, np.int8)
+    gain = bias.copy()
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            gain[v] += weights[e]
+    cap = indptr[n] + n + 1  # one push per start and per edge at most
+    hk = np.empty(cap)
+    hv = np.empty(cap, np.int64)
+    size = 0
+    sel = np.zeros(loads.shape[1], np.int64)
+    next_start = 0
+    done = False
+    while not done:
+        if size == 0:
+            while next_start < starts.shape[0] and side[starts[next_start]] == 0:
+                next_start += 1
+            if next_start >= starts.shape[0]:
+                break
+            v0 = starts[next_start]
+            size = _heap_push(hk, hv, size, gain[v0], v0)
+        key, v, size = _heap_pop(hk, hv, size)
+        if side[v] == 0 or key != gain[v]:
+            continue
+        for d in range(loads.shape[1]):
+            if sel[d] + loads[v, d] > target[d]:
+                done = True
+        if done:
+            break
+        side[v] = 0
+        for d in range(loads.shape[1]):
+            sel[d] += loads[v, d]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            if side[u] == 1:
+                gain[u] -= 2.0 * weights[e]
+                size = _heap_push(hk, hv, size, gain[u], u)
+    cut = 0.0
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            if side[v] != side[indices[e]]:
+                cut += weights[e]
+    return side, 0.5 * cut
+
+
+@njit(cache=True)
+def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias, passes=4):
+    """Fiduccia-Mattheyses passes on a bisection; ``side`` (int64 0/1) is updated in place.
+
+    The objective is the cut plus ``bias[v]`` for every v on side 0 (external edges).
+
+    Each pass moves the unlocked vertex of largest gain (W_other - W_own) whose move keeps
+    the receiving side within ``caps2`` and the giving side at or above ``lower2``, locks it, updates its neighbours, and stops after
+    ``stall`` moves without a better cut; the moves after the best prefix are undone.
+    Passes repeat while they improve the cut. O((n + m) log m) per pass.
+
+    Returns:
+        the objective after refinement.
+    """
+    n = indptr.shape[0] - 1
+    dims = loads.shape[1]
+    fill = np.zeros((2, dims), np.int64)
+    for v in range(n):
+        for d in range(dims):
+            fill[side[v], d] += loads[v, d]
+    gain = np.zeros(n)
+    ext = np.zeros(n)  # weight to the other side: v is on the boundary iff ext[v] > 0
+    wdeg = np.zeros(n)
+    cut = 0.0
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            wdeg[v] += weights[e]
+            if side[indices[e]] != side[v]:
+                gain[v] += weights[e]
+                ext[v] += weights[e]
+                cut += weights[e]
+            else:
+                gain[v] -= weights[e]
+    cut *= 0.5
+    for v in range(n):
+        if side[v] == 0:
+            gain[v] += bias[v]
+            cut += bias[v]
+        else:
+            gain[v] -= bias[v]
+    cap = indptr[n] + n + 1
+    hk = np.empty(cap)
+    hv = np.empty(cap, np.int64)
+    locked = np.zeros(n, np.bool_)
+    moved = np.empty(n, np.int64)
+    for _ in range(passes):
+        size = 0
+        for v in range(n):
+            locked[v] = False
+            if ext[v] > 0.0:
+                size = _heap_push(hk, hv, size, -gain[v], v)
+        best_cut = cut
+        best_len = 0
+        nmoved = 0
+        since = 0
+        cur = cut
+        while size > 0 and since < stall:
+            key, v, size = _heap_pop(hk, hv, size)
+            if locked[v] or -key != gain[v]:
+                continue
+            s = side[v]
+            t = 1 - s
+            ok = True
+            for d in range(dims):
+                if fill[t, d] + loads[v, d] > caps2[t, d] or fill[s, d] - loads[v, d] < lower2[s, d]:
+                    ok = False
+            if not ok:
+                continue
+            for d in range(dims):
+                fill[s, d] -= loads[v, d]
+                fill[t, d] += loads[v, d]
+            side[v] = t
+            locked[v] = True
+            cur -= gain[v]
+            gain[v] = -gain[v]
+            ext[v] = wdeg[v] - ext[v]
+            moved[nmoved] = v
+            nmoved += 1
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if side[u] == t:
+                    gain[u] -= 2.0 * weights[e]
+                    ext[u] -= weights[e]
+                else:
+                    gain[u] += 2.0 * weights[e]
+                    ext[u] += weights[e]
+                if not locked[u] and size < cap:
+                    size = _heap_push(hk, hv, size, -gain[u], u)
+            if cur < best_cut - 1e-9:
+                best_cut = cur
+                best_len = nmoved
+                since = 0
+            else:
+                since += 1
+        # undo the moves after the best prefix
+        for i in range(nmoved - 1, best_len - 1, -1):
+            v = moved[i]
+            t = side[v]
+            s = 1 - t
+            for d in range(dims):
+                fill[t, d] -= loads[v, d]
+                fill[s, d] += loads[v, d]
+            side[v] = s
+            gain[v] = -gain[v]
+            ext[v] = wdeg[v] - ext[v]
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if side[u] == s:
+                    gain[u] -= 2.0 * weights[e]
+                    ext[u] -= weights[e]
+                else:
+                    gain[u] += 2.0 * weights[e]
+                    ext[u] += weights[e]
+        improved = best_cut < cut - 1e-9
+        cut = best_cut
+        if not improved:
+            break
+    return cut
+
+
+def lower_bounds(total: np.ndarray, caps2: np.ndarray, tolerance: float = 0.03) -> np.ndarray:
+    """Least load each side must keep: its share of ``total`` less ``tolerance``.
+
+    Only for dimensions where capacity is meaningful (total above a tenth of it); this
+    stops a biased bisection from emptying a side whose cores would then idle.
+    """
+    share = caps2 / np.maximum(caps2.sum(axis=0), 1)
+    lower = np.floor(share * total[None, :] * (1.0 - tolerance)).astype(np.int64)
+    binding = total * 10 >= caps2.sum(axis=0)
+    return np.where(binding[None, :], lower, 0)
+
+
+def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Generator,
+           restarts: int = 4, refine_passes: int = 2, fm: bool = True,
+           bias: np.ndarray | None = None) -> np.ndarray:
+    """Split a graph into sides 0/1 holding loads in proportion to ``caps2`` (2, dims).
+
+    Each restart grows side 0 from a random vertex to its share of the total load, then
+    refines the cut (Fiduccia-Mattheyses, or the seed's greedy moves if ``fm`` is False)
+    without overfilling either side's capacity; the cheapest cut whose
+    sides fit is kept (the cheapest overall if none fits).
+
+    Returns:
+        int64 side per vertex.
+    """
+    n = indptr.shape[0] - 1
+    if bias is None:
+        bias = np.zeros(n)
+    total = loads.sum(axis=0)
+    share = caps2[0] / np.maximum(caps2.sum(axis=0), 1)
+    target = np.floor(total * share).astype(np.int64)
+    best, best_key = None, None
+    for _ in range(max(1, restarts)):
+        starts = rng.permutation(n).astype(np.int64)
+        side, _ = grow_bisection(indptr, indices, weights, loads, target, starts, bias)
+        side = side.astype(np.int64)
+        fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
+        if fm:
+            c = fm_refine(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2),
+                          max(50, n // 20), bias)
+            fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
+        else:
+            refine(indptr, indices, weights, loads, side, fill, caps2, CUT_DIST, rng, passes=refine_passes)
+        from corefold.mapping.objectives import _edge_costs
+
+        c = _edge_costs(indptr, indices, weights, side, CUT_DIST)[0] + float(bias[side == 0].sum())
+        over = float(np.maximum(fill - caps2, 0).sum())
+        key = (over, c)
+        if best_key is None or key < best_key:
+            best, best_key = side, key
+    return best
+
+
+def halves(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split a list of interchangeable slots in two halves (count-based recursion)."""
+    h = slots.size // 2
+    return slots[:h], slots[h:]
+
+
+@njit(cache=True)
+def induced_subgraph(indptr, indices, weights, verts, local):
+    """CSR of the subgraph induced by ``verts``; ``local[v]`` = position in verts or -1. O(deg)."""
+    nv = verts.shape[0]
+    sptr = np.zeros(nv + 1, np.int64)
+    for i in range(nv):
+        v = verts[i]
+        c = 0
+        for e in range(indptr[v], indptr[v + 1]):
+            if local[indices[e]] >= 0:
+                c += 1
+        sptr[i + 1] = sptr[i] + c
+    sidx = np.empty(sptr[nv], np.int32)
+    sw = np.empty(sptr[nv], np.float64)
+    for i in range(nv):
+        v = verts[i]
+        p = sptr[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            j = local[indices[e]]
+            if j >= 0:
+                sidx[p] = j
+                sw[p] = weights[e]
+                p += 1
+    return sptr, sidx, sw
+
+
+@njit(cache=True)
+def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
+    """Per vertex of ``verts``: sum over edges leaving the node of w * (d(c_u, c0) - d(c_u, c1)).
+
+    ``center[u]`` is the centre of the region u is currently bound to; d is Manhattan;
+    ``local[u] < 0`` marks vertices outside the node. This is Scotch's dual recursive
+    bipartitioning: a bisection knows which way its vertices' outside neighbours lie.
+    O(sum of degrees of verts).
+    """
+    bias = np.zeros(verts.shape[0])
+    for i in range(verts.shape[0]):
+        v = verts[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            if local[u] < 0:
+                d0 = abs(center[u, 0] - c0[0]) + abs(center[u, 1] - c0[1])
+                d1 = abs(center[u, 0] - c1[0]) + abs(center[u, 1] - c1[1])
+                bias[i] += weights[e] * (d0 - d1)
+    return bias
+
+
+def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: np.ndarray,
+                      rng: np.random.Generator, restarts: int = 4, repeats: int = 4,
+                      min_shrink: float = 0.2, coarsest: int = 128) -> np.ndarray:
+    """The seed's phases applied to one bisection: coarsen, grow, uncoarsen with FM.
+
+    Coarsening merges vertices up to 1/``coarsest`` of the total load and stops near
+    ``coarsest`` vertices or below ``min_shrink``; the coarsest graph is bisected by
+    :func:`bisect` (greedy growing, restarts); every finer level is refined by
+    :func:`fm_refine`. ``bias`` (per vertex) is summed onto coarse vertices.
+
+    Returns:
+        int64 side per vertex. Complexity O(repeats * m) plus the FM passes.
+    """
+    from corefold.mapping.partition.coarsen import Level, coarsen
+
+    total = loads.sum(axis=0)
+    limit = np.maximum(total // coarsest, 1).astype(np.int64)
+    levels = coarsen(Level(indptr, indices, weights, loads), limit, rng, repeats, min_shrink, 40,
+                     min_vertices=coarsest)
+    biases = [bias]
+    for lv in levels[:-1]:
+        biases.append(np.bincount(lv.coarse_of, weights=biases[-1], minlength=int(lv.coarse_of.max()) + 1))
+    top = levels[-1]
+    side = bisect(top.indptr, top.indices, top.weights, top.loads, caps2, rng, restarts, bias=biases[-1])
+    lower2 = lower_bounds(total, caps2)
+    for li in range(len(levels) - 2, -1, -1):
+        lv = levels[li]
+        side = side[lv.coarse_of]
+        fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20), biases[li])
+    return side
+
+
+def _bisection_cost(indptr, indices, weights, side, bias) -> float:
+    from corefold.mapping.objectives import _edge_costs
+
+    return float(_edge_costs(indptr, indices, weights, side, CUT_DIST)[0] + bias[side == 0].sum())
+
+
+def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
+                        split: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+                        rng: np.random.Generator, restarts: int = 4,
+                        slot_xy: np.ndarray | None = None, multilevel: bool = False,
+                        repeats: int = 4, min_shrink: float = 0.2, progress=None,
+                        bias_scale: float = 1.0, top_tries: int = 1) -> np.ndarray:
+    """Assign every vertex to a slot by recursive bisection, breadth-first.
+
+    Args:
+        slot_caps: int64 (s, dims) capacity of each slot.
+        split: splits an array of slot ids into two non-empty arrays.
+        slot_xy: (s, 2) slot coordinates; when given each bisection is biased by where its
+            vertices' outside neighbours lie (dual recursive bipartitioning).
+        multilevel: bisect with :func:`multilevel_bisect` (else :func:`bisect` directly).
+        progress: optional callable(1) after each bisection (there are s - 1).
+        top_tries: multilevel bisections tried (cheapest kept) for nodes holding more than
+            a quarter of the graph.
+
+    Returns:
+        int64 slot id per vertex. Complexity O(log s) rounds over the graph.
+    """
+    n = indptr.shape[0] - 1
+    part = np.zeros(n, np.int64)
+    from collections import deque
+
+    queue = deque([(np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64))])
+    local = np.full(n, -1, np.int64)
+    if slot_xy is not None:
+        center = np.tile(slot_xy.mean(axis=0), (n, 1)).astype(np.float64)
+    while queue:
+        verts, slots = queue.popleft()
+        if slots.size == 1 or verts.size == 0:
+            part[verts] = slots[0]
+            continue
+        s0, s1 = split(slots)
+        local[verts] = np.arange(verts.size)
+        if slot_xy is not None:
+            c0 = slot_xy[s0].mean(axis=0).astype(np.float64)
+            c1 = slot_xy[s1].mean(axis=0).astype(np.float64)
+            bias = bias_scale * external_bias(indptr, indices, weights, verts, local, center, c0, c1)
+        else:
+            bias = np.zeros(verts.size)
+        caps2 = np.stack([slot_caps[s0].sum(axis=0), slot_caps[s1].sum(axis=0)])
+        if verts.size == n:
+            sptr, sidx, sw = indptr, indices, weights
+        else:
+            sptr, sidx, sw = induced_subgraph(indptr, indices, weights, verts, local)
+        local[verts] = -1
+        if multilevel:
+            # NOTE: the top bisections shape everything below them; give them extra tries
+            tries = top_tries if verts.size * 4 > n else 1
+            side, best = None, None
+            for _ in range(tries):
+                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink)
+                cost = _bisection_cost(sptr, sidx, sw, cand, bias)
+                if best is None or cost < best:
+                    side, best = cand, cost
+        else:
+            side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias)
+        del sptr, sidx, sw
+        if slot_xy is not None:
+            center[verts[side == 0]] = c0
+            center[verts[side == 1]] = c1
+        queue.append((verts[side == 0], s0))
+        queue.append((verts[side == 1], s1))
+        if progress is not None:
+            progress(1)
+    return part

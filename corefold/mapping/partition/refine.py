@@ -1,0 +1,315 @@
+r"""Capacity-aware local refinement while uncoarsening (SPEC M4 §5), and capacity repair.
+
+For vertex v in part i let :math:`W_j` be the weight of v's edges into part j. Moving v to
+part k changes the objective by
+
+.. math:: c_{ik} = \sum_j W_j\,(D_{kj} - D_{ij})
+
+where D is a distance between parts. With :math:`D = 1 - I` this is the seed's move cost
+:math:`W_i - W_k` (the cut); with D = hop distances between the parts' cores it is the
+change of hop-weighted traffic. Vertices are visited in random order (boundary vertices
+only: an interior vertex has :math:`c_{ik} \ge 0`); the cheapest negative move whose target
+still fits every capacity is taken, else the next cheapest, and so on.
+
+A pass is O(sum over boundary vertices of deg(v) + a(v)^2), a(v) = parts adjacent to v.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from corefold.errors import CorefoldError
+
+
+class ObjectiveMismatch(CorefoldError):
+    """Debug mode: an incrementally tracked cost differs from its fresh recomputation."""
+
+
+@njit(cache=True)
+def boundary_vertices(indptr, indices, part):
+    """Vertices with a neighbour in another part, ascending. O(m)."""
+    n = indptr.shape[0] - 1
+    out = np.empty(n, np.int64)
+    k = 0
+    for v in range(n):
+        pv = part[v]
+        for e in range(indptr[v], indptr[v + 1]):
+            if part[indices[e]] != pv:
+                out[k] = v
+                k += 1
+                break
+    return out[:k]
+
+
+@njit(cache=True)
+def _fits(fill, caps, loads, t, v):
+    for d in range(loads.shape[1]):
+        if fill[t, d] + loads[v, d] > caps[t, d]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
+    """One pass of moves in ``order``; updates ``part`` and ``fill`` in place.
+
+    Returns:
+        (gain, moves): total decrease of sum w * D and number of moves.
+    """
+    k = dist.shape[0]
+    acc = np.zeros(k)
+    stamp = np.full(k, -1, np.int64)
+    touched = np.empty(k, np.int64)
+    gain = 0.0
+    moves = 0
+    for idx in range(order.shape[0]):
+        v = order[idx]
+        i = part[v]
+        nt = 0
+        for e in range(indptr[v], indptr[v + 1]):
+            p = part[indices[e]]
+            if stamp[p] != idx:
+                stamp[p] = idx
+                acc[p] = 0.0
+                touched[nt] = p
+                nt += 1
+            acc[p] += weights[e]
+        if nt == 0 or (nt == 1 and touched[0] == i):
+            continue
+        base = 0.0
+        for a in range(nt):
+            j = touched[a]
+            base += acc[j] * dist[i, j]
+        best = -1e-9
+        bt = -1
+        for b in range(nt):
+            t = touched[b]
+            if t == i:
+                continue
+            c = -base
+            for a in range(nt):
+                j = touched[a]
+                c += acc[j] * dist[t, j]
+            if c < best and _fits(fill, caps, loads, t, v):
+                best = c
+                bt = t
+        if bt >= 0:
+            for d in range(loads.shape[1]):
+                fill[i, d] -= loads[v, d]
+                fill[bt, d] += loads[v, d]
+            part[v] = bt
+            gain -= best
+            moves += 1
+    return gain, moves
+
+
+@njit(cache=True)
+def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand):
+    """For each candidate vertex, its cheapest feasible move (adjacent parts first, else any)."""
+    k = dist.shape[0]
+    acc = np.zeros(k)
+    stamp = np.full(k, -1, np.int64)
+    touched = np.empty(k, np.int64)
+    target = np.full(cand.shape[0], -1, np.int64)
+    cost = np.full(cand.shape[0], np.inf)
+    for idx in range(cand.shape[0]):
+        v = cand[idx]
+        i = part[v]
+        nt = 0
+        for e in range(indptr[v], indptr[v + 1]):
+            p = part[indices[e]]
+            if stamp[p] != idx:
+                stamp[p] = idx
+                acc[p] = 0.0
+                touched[nt] = p
+                nt += 1
+            acc[p] += weights[e]
+        base = 0.0
+        for a in range(nt):
+            base += acc[touched[a]] * dist[i, touched[a]]
+        for b in range(nt):
+            t = touched[b]
+            if t == i or not _fits(fill, caps, loads, t, v):
+                continue
+            c = -base
+            for a in range(nt):
+                c += acc[touched[a]] * dist[t, touched[a]]
+            if c < cost[idx]:
+                cost[idx] = c
+                target[idx] = t
+        if target[idx] < 0:
+            for t in range(k):
+                if t == i or not _fits(fill, caps, loads, t, v):
+                    continue
+                c = -base
+                for a in range(nt):
+                    c += acc[touched[a]] * dist[t, touched[a]]
+                # NOTE: among equal costs prefer the nearest part, so relief stays local.
+                c += 1e-9 * dist[i, t]
+                if c < cost[idx]:
+                    cost[idx] = c
+                    target[idx] = t
+    return target, cost
+
+
+@njit(cache=True)
+def _apply_relief(loads, part, fill, caps, cand, target):
+    moves = 0
+    for idx in range(cand.shape[0]):
+        v = cand[idx]
+        t = target[idx]
+        if t < 0:
+            continue
+        i = part[v]
+        helps = False
+        for d in range(loads.shape[1]):
+            if fill[i, d] > caps[i, d] and loads[v, d] > 0:
+                helps = True
+        if not helps or not _fits(fill, caps, loads, t, v):
+            continue
+        for d in range(loads.shape[1]):
+            fill[i, d] -= loads[v, d]
+            fill[t, d] += loads[v, d]
+        part[v] = t
+        moves += 1
+    return moves
+
+
+@njit(cache=True)
+def _part_overflow(fill, caps, p, scale):
+    o = 0.0
+    for d in range(fill.shape[1]):
+        if fill[p, d] > caps[p, d]:
+            o += (fill[p, d] - caps[p, d]) * scale[d]
+    return o
+
+
+@njit(cache=True)
+def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
+    """Last resort for tight packings in several dimensions: moves, then swaps, that lower
+    the total overflow sum_d max(0, fill - cap) / cap_d, ignoring traffic. A move may
+    overfill another dimension of its target, which a later swap repairs.
+    O(|cand| * (k + |pool|)) per call."""
+    k = fill.shape[0]
+    dims = loads.shape[1]
+    changed = 0
+    for v in cand:
+        p = part[v]
+        if _part_overflow(fill, caps, p, scale) == 0.0:
+            continue
+        best = -1e-12
+        bt = -1
+        for t in range(k):
+            if t == p:
+                continue
+            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            for d in range(dims):
+                fill[p, d] -= loads[v, d]
+                fill[t, d] += loads[v, d]
+            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            for d in range(dims):
+                fill[p, d] += loads[v, d]
+                fill[t, d] -= loads[v, d]
+            if delta < best:
+                best = delta
+                bt = t
+        if bt >= 0:
+            for d in range(dims):
+                fill[p, d] -= loads[v, d]
+                fill[bt, d] += loads[v, d]
+            part[v] = bt
+            changed += 1
+            continue
+        for u in pool:
+            t = part[u]
+            if t == p:
+                continue
+            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            for d in range(dims):
+                fill[p, d] += loads[u, d] - loads[v, d]
+                fill[t, d] += loads[v, d] - loads[u, d]
+            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            if delta < -1e-12:
+                part[v] = t
+                part[u] = p
+                changed += 1
+                break
+            for d in range(dims):
+                fill[p, d] -= loads[u, d] - loads[v, d]
+                fill[t, d] -= loads[v, d] - loads[u, d]
+    return changed
+
+
+def overfull_parts(fill: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Indices of parts over capacity in any dimension."""
+    return np.flatnonzero((fill > caps).any(axis=1))
+
+
+def repair_capacity(indptr, indices, weights, loads, part, fill, caps, dist, rounds: int = 20,
+                    rng: np.random.Generator | None = None) -> int:
+    """Move vertices out of overfull parts, cheapest moves first, until every part fits.
+
+    Updates ``part`` and ``fill`` in place; returns the number of parts still overfull
+    (0 on success; the caller decides whether that is fatal, e.g. only at the finest level).
+    When no feasible move helps (a tight packing in several dimensions), moves and swaps
+    that lower the total overflow are made, ignoring traffic.
+
+    Complexity: O(rounds * (n + sum over candidates of deg + a^2)); the fallback to any part
+    costs O(k * a) for a vertex with no adjacent room.
+    """
+    for _ in range(rounds):
+        bad = overfull_parts(fill, caps)
+        if bad.size == 0:
+            return 0
+        is_bad = np.zeros(fill.shape[0], bool)
+        is_bad[bad] = True
+        cand = np.flatnonzero(is_bad[part]).astype(np.int64)
+        target, cost = _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand)
+        order = np.argsort(cost, kind="stable")
+        if _apply_relief(loads, part, fill, caps, cand[order], target[order]) == 0:
+            pool = np.arange(part.shape[0], dtype=np.int64)
+            if rng is not None:
+                pool = pool[rng.permutation(pool.size)]
+            scale = 1.0 / np.maximum(caps.max(axis=0), 1).astype(np.float64)
+            if _overflow_descent(loads, part, fill, caps, cand[order], pool, scale) == 0:
+                break
+    return int(overfull_parts(fill, caps).size)
+
+
+def refine(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.random.Generator,
+           passes: int = 3, debug: bool = False) -> float:
+    """Refinement passes over boundary vertices in random order until a pass gains nothing.
+
+    Args:
+        part, fill: updated in place; fill[q] must equal the loads summed over part q.
+        caps: int64 (k, 2) per-part capacity; moves never overfill a part.
+        dist: float64 (k, k) part distances (1 - I for the cut; hops for traffic).
+        debug: recompute sum w * D after every pass and raise on mismatch.
+
+    Returns:
+        the total decrease of sum w * D.
+
+    Raises:
+        ObjectiveMismatch: debug only, if the incremental gain disagrees with recomputation.
+    """
+    from corefold.mapping.objectives import _edge_costs
+
+    total = 0.0
+    before = _edge_costs(indptr, indices, weights, part, dist)[1] if debug else 0.0
+    for _ in range(passes):
+        order = boundary_vertices(indptr, indices, part)
+        if order.size == 0:
+            break
+        order = order[rng.permutation(order.size)]
+        gain, moves = refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order)
+        total += gain
+        if debug:
+            after = _edge_costs(indptr, indices, weights, part, dist)[1]
+            if not np.isclose(before - after, gain, rtol=1e-9, atol=1e-6):
+                raise ObjectiveMismatch(f"objective function mismatch: incremental gain {gain}, "
+                                        f"recomputed {before - after}")
+            before = after
+        if moves == 0 or gain <= 1e-12:
+            break
+    return total

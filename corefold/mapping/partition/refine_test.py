@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from corefold.mapping.objectives import _edge_costs, loads_of, part_fill
+from corefold.mapping.partition.refine import ObjectiveMismatch, refine, repair_capacity
+from corefold.mapping.testing import random_graph
+
+
+def _setup(seed, k=6, n=400):
+    topo = random_graph(n, 6, seed=seed)
+    loads = loads_of(topo)
+    part = np.random.default_rng(seed).integers(0, k, n)
+    return topo, loads, part
+
+
+@pytest.mark.parametrize("metric", ["cut", "hops"])
+def test_refine_gain_matches_recomputation_and_never_overfills(metric):
+    topo, loads, part = _setup(0)
+    k = 6
+    dist = 1.0 - np.eye(k) if metric == "cut" else np.abs(np.arange(k)[:, None] - np.arange(k)[None, :]) * 1.0
+    fill = part_fill(loads, part, k)
+    caps = np.tile(fill.max(axis=0) + 3, (k, 1))
+    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    gain = refine(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
+                  np.random.default_rng(1), passes=5, debug=True)
+    after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    assert gain > 0 and np.isclose(before - after, gain)
+    assert (fill == part_fill(loads, part, k)).all()
+    assert (fill <= caps).all()
+
+
+def test_debug_mode_raises_on_mismatch(monkeypatch):
+    import corefold.mapping.partition.refine as mod
+
+    topo, loads, part = _setup(1)
+    dist = 1.0 - np.eye(6)
+    fill = part_fill(loads, part, 6)
+    caps = np.tile([[10**6, 10**9]], (6, 1))
+    real = mod.refine_pass
+
+    def lying(*args):
+        gain, moves = real(*args)
+        return gain + 1.0, moves
+
+    monkeypatch.setattr(mod, "refine_pass", lying)
+    with pytest.raises(ObjectiveMismatch):
+        refine(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
+               np.random.default_rng(0), passes=1, debug=True)
+
+
+def test_repair_empties_overfull_parts():
+    topo, loads, _ = _setup(2, n=300)
+    part = np.zeros(300, np.int64)
+    part[250:] = 1  # part 0 holds 250, capacity 80 each over 4 parts
+    fill = part_fill(loads, part, 4)
+    caps = np.tile([[80, 10**9]], (4, 1))
+    dist = 1.0 - np.eye(4)
+    left = repair_capacity(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist)
+    assert left == 0
+    assert (part_fill(loads, part, 4) <= caps).all()
+    assert (fill == part_fill(loads, part, 4)).all()

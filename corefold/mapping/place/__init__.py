@@ -1,0 +1,1 @@
+"""Placement phases in data-flow order: ``initial`` (region bisection) -> ``force`` (swaps)."""

@@ -1,0 +1,106 @@
+"""Mapper settings: one frozen dataclass with named presets (like KaHIP's fast/eco/strong)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+#: Preset names accepted by :meth:`MapSettings.preset` and ``corefold map --preset``.
+PRESETS = ("fast", "default", "strong", "seed")
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """Every knob of the mapper. ``default`` holds the seed's parameters (SPEC M4).
+
+    Attributes:
+        matching_limit: a merged vertex may hold at most this fraction of a core's capacity
+            (each of neurons and synapses) while coarsening (seed: 1/15).
+        matching_repeats: randomised matching passes per level; the one whose total edge
+            weight dropped most is kept (seed: 4 to 8).
+        min_shrink: coarsening stops when a level removes fewer than this fraction of the
+            vertices (seed: 0.2).
+        max_levels: a hard cap on coarsening levels.
+        bisection_restarts: greedy-growing restarts per bisection, cheapest cut kept (seed: 4 to 8).
+        max_fill: the mapper uses enough cores that the average fill is at most this, when
+            the board has them (slack makes hard capacities easy to keep).
+        strategy: ``"topology"`` bisects the graph along the target region (dual recursive
+            bisection, parts are born placed) and refines hop-weighted traffic while
+            uncoarsening; ``"seed"`` cuts first (refinement of the cut), then places the
+            groups by region bisection, exactly the seed's order.
+        refine_passes: refinement passes per uncoarsening level (stops early without gain).
+        force_fraction: the share of groups with the largest net force visited per
+            force-directed iteration (seed: 0.05).
+        force_iterations: maximum force-directed iterations.
+        swap_passes: passes of exact pairwise-swap search on the group graph (0 = off).
+        swap_radius: a group is tried against cores within this many hops of its place.
+        anneal_steps_per_group: simulated-annealing swap trials per group on the group graph
+            before the force-directed swaps (0 = off, as in the seed), at most
+            ``anneal_max_steps`` in all and at most ``anneal_max_work`` group-graph edge
+            visits (dense group graphs get fewer, costlier steps).
+        bisection_level: ``"coarsest"`` bisects the coarsest graph of the hierarchy (seed);
+            ``"finest"`` runs every bisection multilevel on the neuron graph itself
+            (coarsen the part, grow, FM while uncoarsening), as Scotch does.
+        bias_scale: weight of the outside-neighbour pull in topology-aware bisections
+            (Scotch's external gains; 0 by default: on the bench it did not pay, the
+            annealing places the parts instead).
+        bisection_matching_repeats: matching passes per level inside each multilevel
+            bisection (``bisection_level="finest"``); every bisection round re-coarsens the
+            graph, so one pass per level is enough there (measured: no loss on the bench,
+            40% less time); ``matching_repeats`` applies to the global hierarchy.
+        top_bisection_tries: multilevel bisections tried for the (up to three) nodes that
+            hold over a quarter of the graph; the cheapest is kept.
+        matching_rating: ``"weight"`` (the seed's heaviest edge) or ``"expansion"``
+            (w^2 / (n_u n_v)).
+        coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
+            capacity, shrinking linearly to 0 at the finest level, where repair enforces
+            the exact capacity.
+        debug: recompute every incremental cost from scratch and raise on mismatch.
+        trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
+    """
+
+    matching_limit: float = 1.0 / 15.0
+    matching_repeats: int = 4
+    min_shrink: float = 0.2
+    max_levels: int = 40
+    bisection_restarts: int = 4
+    max_fill: float = 0.97
+    strategy: str = "topology"
+    refine_passes: int = 3
+    force_fraction: float = 0.05
+    force_iterations: int = 50
+    swap_passes: int = 3
+    swap_radius: int = 3
+    matching_rating: str = "weight"
+    bisection_level: str = "finest"
+    bias_scale: float = 0.0
+    top_bisection_tries: int = 1
+    bisection_matching_repeats: int = 1
+    anneal_steps_per_group: int = 100_000
+    anneal_max_steps: int = 20_000_000
+    anneal_max_work: float = 1.5e8
+    coarse_slack: float = 0.0
+    debug: bool = False
+    trace: bool = False
+
+    @classmethod
+    def preset(cls, name: str) -> "MapSettings":
+        """``fast``, ``default``, ``strong`` or ``seed`` (the seed's order of phases).
+
+        Raises:
+            ValueError: unknown preset name.
+        """
+        if name == "default":
+            return cls()
+        if name == "fast":
+            return cls(matching_repeats=1, bisection_restarts=2, refine_passes=1, swap_passes=1,
+                       force_iterations=20, anneal_steps_per_group=20_000)
+        if name == "strong":
+            return cls(matching_repeats=8, bisection_matching_repeats=4, bisection_restarts=8, refine_passes=6, swap_passes=6,
+                       swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
+                       anneal_max_work=1e9)
+        if name == "seed":
+            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0)
+        raise ValueError(f"unknown mapper preset {name!r} (known: {', '.join(PRESETS)})")
+
+    def with_debug(self, debug: bool = True) -> "MapSettings":
+        return replace(self, debug=debug)

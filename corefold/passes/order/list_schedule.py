@@ -1,0 +1,184 @@
+"""Compiled order builders on top of the simulator: list schedules and local search.
+
+All work on a *segment*: a set of node indices whose predecessors outside the set are
+already issued in the simulator state ``S``. Each function updates ``S`` (or a copy) by
+issuing the nodes it orders.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from corefold.passes.order.simulator import _earliest, _run, _score, _step
+
+
+@njit(cache=True)
+def _start_time(P, S, i):
+    """When node i would start if issued now (read-only twin of ``_step``'s first half)."""
+    (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
+     ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
+    free, ready, resident, remaining, end, scal = S
+    t_data = 0.0
+    load = external_load[i]
+    load_after = 0.0
+    pending_end = 0.0
+    if scal[4] >= 0:
+        d = _earliest(free, kind_first[0], kind_count[0])
+        pending_end = max(free[d], scal[3]) + scal[2]
+    for k in range(in_ptr[i], in_ptr[i + 1]):
+        v = in_val[k]
+        if resident[v] == 1:
+            t_data = max(t_data, ready[v])
+        else:
+            load += vload[v]
+            load_after = max(load_after, ready[v] if ready[v] >= 0.0 else pending_end)
+    for k in range(ctrl_ptr[i], ctrl_ptr[i + 1]):
+        t_data = max(t_data, end[ctrl_src[k]])
+    if load > 0.0:
+        d = _earliest(free, kind_first[0], kind_count[0])
+        t_data = max(t_data, max(free[d], load_after) + load)
+    u = kind[i]
+    slot = _earliest(free, kind_first[u], kind_count[u])
+    return max(t_data, free[slot])
+
+
+@njit(cache=True)
+def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx, prio, greedy):
+    """Issue ``members`` by list scheduling and return the order.
+
+    Among ready members (all predecessors issued) pick the highest ``prio``; with
+    ``greedy``, first the one that would start earliest, then the highest ``prio``.
+    Ties go to the earlier member. O(m * w * deg) for m members and ready-set width w.
+    """
+    m = members.shape[0]
+    n = member_mask.shape[0]
+    indeg = np.zeros(n, np.int64)
+    for j in range(m):
+        i = members[j]
+        for k in range(pred_ptr[i], pred_ptr[i + 1]):
+            if member_mask[pred_idx[k]]:
+                indeg[i] += 1
+    ready = np.empty(m, np.int64)
+    nready = 0
+    for j in range(m):
+        if indeg[members[j]] == 0:
+            ready[nready] = members[j]
+            nready += 1
+    order = np.empty(m, np.int64)
+    rec = np.zeros(9)
+    prec = np.zeros(9)
+    for t in range(m):
+        best = 0
+        best_start = 0.0
+        if greedy:
+            best_start = _start_time(P, S, ready[0])
+        for r in range(1, nready):
+            i = ready[r]
+            if greedy:
+                st = _start_time(P, S, i)
+                if st < best_start or (st == best_start and prio[i] > prio[ready[best]]):
+                    best, best_start = r, st
+            elif prio[i] > prio[ready[best]]:
+                best = r
+        i = ready[best]
+        for r in range(best, nready - 1):  # keep the ready list in arrival order
+            ready[r] = ready[r + 1]
+        nready -= 1
+        order[t] = i
+        _step(P, S, i, rec, prec)
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            s = succ_idx[k]
+            if member_mask[s]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready[nready] = s
+                    nready += 1
+    return order
+
+
+@njit(cache=True)
+def _copy(S0):
+    return (S0[0].copy(), S0[1].copy(), S0[2].copy(), S0[3].copy(), S0[4].copy(), S0[5].copy())
+
+
+@njit(cache=True)
+def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx, prio,
+                          samples, spread, seed):
+    """Monte Carlo: ``samples`` list schedules with priorities ``prio * exp(spread * N(0,1))``;
+    returns the best order and its (makespan, mean busy-until) from ``S0``."""
+    np.random.seed(seed)
+    member_mask.shape[0]
+    best_order = members.copy()
+    best_ms = np.inf
+    best_busy = np.inf
+    noisy = prio.copy()
+    for _ in range(samples):
+        for j in range(members.shape[0]):
+            i = members[j]
+            noisy[i] = prio[i] * np.exp(spread * np.random.standard_normal())
+        S = _copy(S0)
+        order = list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx,
+                              noisy, False)
+        ms, busy = _score(P, S)
+        if ms < best_ms or (ms == best_ms and busy < best_busy):
+            best_ms, best_busy = ms, busy
+            best_order = order
+    return best_order, best_ms, best_busy
+
+
+@njit(cache=True)
+def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed):
+    """Random insertion moves that keep every edge, accepting non-worsening ones.
+
+    Moving the node at position a to position b is valid iff no predecessor lies in
+    [b, a) (b < a) or no successor lies in (a, b] (b > a). Each try re-simulates the
+    segment from ``S0``: O(iters * m). Returns (order, makespan, mean busy-until).
+    """
+    np.random.seed(seed)
+    m = order.shape[0]
+    cur = order.copy()
+    S = _copy(S0)
+    _run(P, S, cur)
+    cur_ms, cur_busy = _score(P, S)
+    if m < 2:
+        return cur, cur_ms, cur_busy
+    pos = np.full(n_nodes, -1, np.int64)
+    for j in range(m):
+        pos[cur[j]] = j
+    trial = np.empty(m, np.int64)
+    for _ in range(iters):
+        a = np.random.randint(0, m)
+        x = cur[a]
+        lo = 0
+        for k in range(pred_ptr[x], pred_ptr[x + 1]):
+            lo = max(lo, pos[pred_idx[k]] + 1)
+        hi = m - 1
+        for k in range(succ_ptr[x], succ_ptr[x + 1]):
+            p = pos[succ_idx[k]]
+            if p >= 0:
+                hi = min(hi, p - 1)
+        if hi <= lo:
+            continue
+        b = np.random.randint(lo, hi + 1)
+        if b == a:
+            continue
+        if b < a:
+            trial[:b] = cur[:b]
+            trial[b] = x
+            trial[b + 1:a + 1] = cur[b:a]
+            trial[a + 1:] = cur[a + 1:]
+        else:
+            trial[:a] = cur[:a]
+            trial[a:b] = cur[a + 1:b + 1]
+            trial[b] = x
+            trial[b + 1:] = cur[b + 1:]
+        S = _copy(S0)
+        _run(P, S, trial)
+        ms, busy = _score(P, S)
+        if ms < cur_ms or (ms == cur_ms and busy <= cur_busy):
+            cur_ms, cur_busy = ms, busy
+            cur[:] = trial
+            for j in range(min(a, b), max(a, b) + 1):
+                pos[cur[j]] = j
+    return cur, cur_ms, cur_busy

@@ -1,0 +1,265 @@
+"""Operator splitting (SPEC M3 §7): cut every operator until its data fits a core.
+
+An operator *touches* ``bytes(o) = sum of its distinct inputs' bytes (activations and
+weights) + its outputs' bytes``; it fits when ``bytes(o) <= T`` with
+``T = target.core_memory_threshold`` (SRAM minus the reserved buffer). For an operator
+that does not fit, the pass takes, among its rule's split axes (rules.py), the first in
+preference order (or the one needing the fewest pieces, for "other" operators) on which
+some ``k`` makes the largest piece fit, with the smallest such ``k``; the pieces cover
+balanced unit ranges ``[floor(j E / k), floor((j + 1) E / k))``. If no single axis can
+fit, it halves along the axis whose halves touch the fewest bytes and looks at the halves
+again. Each piece is the same operator type on slices of the data: constants are sliced
+directly, activations by ``Slice``; outputs are joined by ``Concat`` on the split axis,
+or added by ``Sum`` when the split is over a reduced dimension (input channels).
+
+The inserted ``Slice`` and ``Concat`` are data moves between DRAM regions (meta
+``split_join``) and, like shape-only views (Reshape, Flatten, ...), are not required to
+fit; everything else, including the ``Sum`` of partial results, is. Cutting on batch or
+output channels gives bit-identical outputs; input-channel partial sums only reassociate
+floating-point additions. Cost: O(#pieces) node creations per split; O(V * pieces) total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corefold.errors import CapacityError
+from corefold.ir import Graph, Node, Value
+from corefold.passes.split.rules import RULE_OPS, VIEW_OPS, SplitAxis, candidate_axes
+from corefold.target import Target
+
+JOIN_META = "split_join"
+
+
+@dataclass
+class SplitResult:
+    """What :func:`split_graph` did: ``splits`` maps each original node name that was cut
+    to the number of compute pieces it became; ``modified`` is True iff any was cut."""
+
+    graph: Graph
+    modified: bool
+    splits: dict[str, int] = field(default_factory=dict)
+
+
+def touched_bytes(node: Node) -> int:
+    """Bytes of the node's distinct inputs (activations and weights) and outputs."""
+    seen: set[int] = set()
+    total = 0
+    for v in node.inputs:
+        if v is not None and id(v) not in seen:
+            seen.add(id(v))
+            total += v.nbytes
+    return total + sum(v.nbytes for v in node.outputs)
+
+
+def needs_fit(node: Node) -> bool:
+    """False for shape-only views and the split pass's own joins, which move no core data."""
+    return node.op_type not in VIEW_OPS and not node.meta.get(JOIN_META)
+
+
+def _ranges(extent: int, k: int) -> list[tuple[int, int]]:
+    return [(j * extent // k, (j + 1) * extent // k) for j in range(k)]
+
+
+def _piece_bytes(node: Node, ax: SplitAxis, units: int) -> int:
+    """Bytes the largest piece of ``units`` units touches."""
+    total = 0
+    seen: set[int] = set()
+    for v, m in zip(node.inputs, ax.inputs, strict=False):
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if m is None:
+            total += v.nbytes
+        else:
+            total += v.nbytes * units * m[1] // v.shape[m[0]]
+    for v in node.outputs:
+        if ax.output is None:
+            total += v.nbytes
+        else:
+            total += v.nbytes * units * ax.output[1] // v.shape[ax.output[0]]
+    return total
+
+
+def choose_split(node: Node, threshold: int, origin: str | None = None) -> tuple[SplitAxis, int]:
+    """The axis and piece count for a node that does not fit (see the module docstring);
+    ``origin`` names the model's node that ``node`` is a piece of, for errors.
+
+    Raises:
+        CapacityError: no rule for the operator, or no axis left to cut.
+    """
+    axes, by_preference = candidate_axes(node)
+    size = touched_bytes(node)
+    who = f"node '{origin or node.name}' ({node.op_type})"
+    if origin and origin != node.name:
+        who += f", piece '{node.name}',"
+    if not axes:
+        why = (f"there is no split rule for {node.op_type}" if node.op_type not in RULE_OPS
+               else "no dimension is left to cut")
+        raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
+                            f"bytes, and {why}")
+    fitting: list[tuple[int, int, int, SplitAxis]] = []  # (key, rank, k, axis)
+    for rank, ax in enumerate(axes):
+        for k in range(2, ax.extent + 1):
+            if _piece_bytes(node, ax, -(-ax.extent // k)) <= threshold:
+                fitting.append((rank if by_preference else k, rank, k, ax))
+                break
+    if fitting:
+        _, _, k, ax = min(fitting, key=lambda t: (t[0], t[1]))
+        return ax, k
+    halves = [(_piece_bytes(node, ax, -(-ax.extent // 2)), rank, ax) for rank, ax in enumerate(axes)]
+    best_bytes, _, ax = min(halves, key=lambda t: (t[0], t[1]))
+    if best_bytes >= size:
+        raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
+                            f"bytes, at every split")
+    return ax, 2
+
+
+class _Splitter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.slices: dict[tuple[int, int, int, int], Value] = {}
+        self.replaced_constants: dict[str, None] = {}
+
+    def slice_of(self, v: Value, axis: int, start: int, end: int) -> Value:
+        """``v[start:end]`` on ``axis``: a new constant, or a (shared) ``Slice`` node."""
+        if start == 0 and end == v.shape[axis]:
+            return v
+        key = (id(v), axis, start, end)
+        if key in self.slices:
+            return self.slices[key]
+        g = self.graph
+        if v.is_constant:
+            idx = [slice(None)] * len(v.shape)
+            idx[axis] = slice(start, end)
+            out = g.add_constant(f"{v.name}_{axis}_{start}_{end}", np.ascontiguousarray(v.const[tuple(idx)]))
+        else:
+            consts = [g.add_constant(f"{v.name}_slice_{what}", np.array([x], np.int64))
+                      for what, x in (("starts", start), ("ends", end), ("axes", axis))]
+            node = g.make_node("Slice", [v] + consts, name=f"{v.name}_slice")
+            node.meta[JOIN_META] = True
+            out = node.outputs[0]
+            out.shape = tuple(end - start if a == axis else d for a, d in enumerate(v.shape))
+            out.dtype = v.dtype
+        self.slices[key] = out
+        return out
+
+    def split(self, node: Node, ax: SplitAxis, k: int) -> list[Node]:
+        """Replace ``node`` by ``k`` pieces and their joins; return the new nodes."""
+        g = self.graph
+        before = set(g.nodes)
+        pieces: list[Node] = []
+        for j, (s, e) in enumerate(_ranges(ax.extent, k)):
+            ins: list[Value | None] = []
+            for i, (v, m) in enumerate(zip(node.inputs, ax.inputs, strict=False)):
+                if v is None:
+                    ins.append(None)
+                elif m is None:
+                    # a reduce split adds the bias / C term once, in the first piece
+                    ins.append(None if ax.reduce and i >= 2 and j > 0 else v)
+                else:
+                    ins.append(self.slice_of(v, m[0], s * m[1], e * m[1]))
+            while ins and ins[-1] is None:
+                ins.pop()
+            attrs = dict(node.attrs)
+            if ax.scales_group:
+                attrs["group"] = e - s
+            if node.op_type == "Resize" and len(ins) > 3 and ins[3] is not None and ax.output is not None:
+                sizes = ins[3].const.copy()
+                sizes[ax.output[0]] = (e - s) * ax.output[1]
+                ins[3] = g.add_constant(f"{ins[3].name}_{s}_{e}", sizes)
+            names = [f"{o.name}_part{j}" for o in node.outputs]
+            piece = g.make_node(node.op_type, ins, attrs, num_outputs=len(names), name=f"{node.name}_part{j}",
+                                output_names=names, domain=node.domain)
+            for o, po in zip(node.outputs, piece.outputs, strict=False):
+                po.dtype = o.dtype
+                po.shape = o.shape
+                if ax.output is not None:
+                    a, sc = ax.output
+                    po.shape = tuple((e - s) * sc if d == a else x for d, x in enumerate(o.shape))
+            pieces.append(piece)
+        # move the original outputs onto the joins, so value names and graph outputs stay
+        ctrl_preds, ctrl_succs = list(node.control_preds), list(node.control_succs)
+        for v in node.inputs:
+            if v is not None and v.is_constant:
+                self.replaced_constants[v.name] = None
+        holds = []
+        for o in node.outputs:
+            holds.append(Value(f"{o.name}__hold", o.shape, o.dtype))
+            g.replace_all_uses(o, holds[-1])
+        g.remove_node(node)
+        joins = []
+        for oi, (o, hold) in enumerate(zip(node.outputs, holds, strict=False)):
+            parts = [p.outputs[oi] for p in pieces]
+            if ax.output is None:
+                join = Node("Sum", parts, [o], name=f"{o.name}_sum")
+            else:
+                join = Node("Concat", parts, [o], {"axis": ax.output[0]}, name=f"{o.name}_concat")
+                join.meta[JOIN_META] = True
+            g.add_node(join)
+            g.replace_all_uses(hold, o)
+            joins.append(join)
+        new = [n for n in g.nodes if n not in before]
+        for p in ctrl_preds:
+            for n in new:
+                g.add_control_edge(p, n)
+        for sc in ctrl_succs:
+            for jn in joins:
+                g.add_control_edge(jn, sc)
+        return new
+
+
+def split_graph(graph: Graph, target: Target, threshold: int | None = None) -> SplitResult:
+    """Cut every operator of ``graph`` (in place) until each fits ``threshold`` bytes
+    (default ``target.core_memory_threshold``); new nodes take their original's place in
+    the file order.
+
+    Raises:
+        CapacityError: an operator cannot fit at any split (naming it and its bytes).
+    """
+    limit = target.core_memory_threshold if threshold is None else threshold
+    splitter = _Splitter(graph)
+    result = SplitResult(graph, False)
+    origin: dict[Node, tuple[str, str]] = {}
+    file_order = graph.topological_order()
+    replaced: dict[Node, list[Node]] = {}
+    work = list(reversed(file_order))
+    while work:
+        node = work.pop()
+        if not needs_fit(node) or touched_bytes(node) <= limit:
+            continue
+        root = origin.get(node, (node.name, node.op_type))
+        ax, k = choose_split(node, limit, root[0])
+        new = splitter.split(node, ax, k)
+        for n in new:
+            origin[n] = root
+        replaced[node] = new
+        work.extend(reversed(new))
+        result.modified = True
+    if not result.modified:
+        return result
+
+    def expand(n: Node) -> list[Node]:
+        return [m for x in replaced[n] for m in expand(x)] if n in replaced else [n]
+
+    graph.reorder([m for n in file_order for m in expand(n)])
+    graph.sort()
+    for n in graph.nodes:
+        if n in origin and n.op_type == origin[n][1] and not n.meta.get(JOIN_META):
+            name = origin[n][0]
+            result.splits[name] = result.splits.get(name, 0) + 1
+    _drop_replaced_constants(graph, splitter.replaced_constants)
+    return result
+
+
+def _drop_replaced_constants(graph: Graph, names: dict[str, None]) -> None:
+    """Remove the weights that were replaced by their slices (and no other constant)."""
+    keep = {v.name for n in graph.nodes for v in n.inputs if v is not None}
+    doomed = [k for k in names if k in graph.constants and k not in keep]
+    if doomed:
+        # NOTE: Graph.remove_unused_constants would also drop constants the user left unused
+        for k in doomed:
+            del graph.constants[k]
+            graph._names.discard(k)

@@ -1,0 +1,173 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corefold.errors import CapacityError
+from corefold.executor import random_inputs, run
+from corefold.ir import parse, verify
+from corefold.passes.order.random_network import random_network
+from corefold.passes.split import split_graph, touched_bytes
+from corefold.passes.split.split import needs_fit
+from corefold.target import load_target
+
+TARGET = load_target("npu")
+
+NET = """\
+graph s
+input x: float32[2, 8, 16, 16]
+const w: float32[16, 8, 3, 3] = fill(0.1)
+const b: float32[16] = fill(0.5)
+const dw: float32[16, 1, 3, 3] = fill(0.2)
+const s: float32[16] = fill(1.5)
+const m: float32[16] = fill(0.25)
+const fw: float32[1024, 10] = fill(0.01)
+const gw: float32[10, 1024] = fill(0.02)
+const gc: float32[10] = fill(0.3)
+node conv = Conv(x, w, b) attrs {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]} -> (c: float32[2, 16, 16, 16])
+node bn = BatchNormalization(c, s, b, m, s) -> (n: float32[2, 16, 16, 16])
+node relu = Relu(n) -> (r: float32[2, 16, 16, 16])
+node dconv = Conv(r, dw) attrs {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 16} -> (d: float32[2, 16, 16, 16])
+node pool = MaxPool(d) attrs {"kernel_shape": [2, 2], "strides": [2, 2]} -> (p: float32[2, 16, 8, 8])
+node tr = Transpose(p) attrs {"perm": [0, 2, 3, 1]} -> (t: float32[2, 8, 8, 16])
+node soft = Softmax(t) attrs {"axis": 3} -> (a: float32[2, 8, 8, 16])
+node cat = Concat(p, p) attrs {"axis": 1} -> (q: float32[2, 32, 8, 8])
+node flat = Flatten(p) attrs {"axis": 1} -> (f: float32[2, 1024])
+node mm = MatMul(f, fw) -> (y: float32[2, 10])
+node gemm = Gemm(f, gw, gc) attrs {"transB": 1, "alpha": 0.5} -> (z: float32[2, 10])
+output a
+output q
+output y
+output z
+"""
+
+
+def _random_weights(g, seed=1):
+    rng = np.random.default_rng(seed)
+    for v in g.constants.values():
+        if v.name == "sc":  # Resize scales stay as written
+            continue
+        v.set_const(rng.standard_normal(v.shape).astype(v.dtype) * 0.3)
+
+
+@pytest.mark.parametrize("threshold", [60_000, 20_000, 9_000])
+def test_split_fits_every_op_and_keeps_outputs(threshold):
+    g = parse(NET)
+    _random_weights(g)
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=threshold)
+    verify(g)
+    assert res.modified and res.splits
+    for n in g.nodes:
+        assert not needs_fit(n) or touched_bytes(n) <= threshold, (n.name, touched_bytes(n))
+    out = run(g, feeds)
+    assert set(out) == set(ref)  # graph outputs keep their names
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
+
+
+def test_batch_and_output_channel_splits_are_bit_identical():
+    g = parse(NET)
+    _random_weights(g)
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=40_000)
+    assert not any(n.op_type == "Sum" for n in g.nodes)  # no partial sums at this threshold
+    assert res.splits["conv"] >= 2
+    out = run(g, feeds)
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])
+
+
+def test_nothing_to_split_changes_nothing():
+    g = parse(NET)
+    before = [n.name for n in g.nodes]
+    res = split_graph(g, TARGET)
+    assert not res.modified and [n.name for n in g.nodes] == before
+
+
+def test_an_op_that_cannot_fit_names_itself_and_its_bytes():
+    g = parse(NET)
+    with pytest.raises(CapacityError, match=r"node 'conv' \(Conv\), piece 'conv_part[0-9_part]*', touches \d+ "
+                                            r"bytes, above the core memory threshold of 100 bytes"):
+        split_graph(g, TARGET, threshold=100)
+    g = parse(NET)
+    g.node("soft").op_type = "TopK"  # no rule
+    with pytest.raises(CapacityError, match="no split rule for TopK"):
+        split_graph(g, TARGET, threshold=9_000)
+
+
+@given(st.integers(2, 10), st.integers(0, 1000), st.sampled_from([12_000, 30_000]), st.integers(1, 2))
+@settings(max_examples=12, deadline=None)
+def test_split_random_networks_gives_original_outputs(n, seed, threshold, batch):
+    g = random_network(n, seed=seed, channels=16, size=8, batch=batch, ctrl_edges=2)
+    feeds = random_inputs(g, seed)
+    ref = run(g, feeds)
+    split_graph(g, TARGET, threshold=threshold)
+    verify(g)
+    for node in g.nodes:
+        assert not needs_fit(node) or touched_bytes(node) <= threshold
+    out = run(g, feeds)
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-4, atol=1e-5)
+
+
+MORE = """\
+graph more
+input x: float32[2, 8, 8, 8]
+input u: float32[3, 4, 64]
+const gw: float32[8, 4, 3, 3] = fill(0.1)
+const aw: float32[24, 6] = fill(0.1)
+const ac: float32[1, 6] = fill(0.2)
+const mw: float32[64, 48] = fill(0.3)
+const sc: float32[4] = [1.0, 1.0, 2.0, 2.0]
+node gconv = Conv(x, gw) attrs {"group": 2, "kernel_shape": [3, 3], "pads": [1, 1, 1, 1]} -> (g: float32[2, 8, 8, 8])
+node lrn = LRN(g) attrs {"size": 3} -> (l: float32[2, 8, 8, 8])
+node avg = AveragePool(l) attrs {"kernel_shape": [2, 2], "strides": [2, 2]} -> (a: float32[2, 8, 4, 4])
+node rs = Resize(a, _, sc) attrs {"mode": "nearest"} -> (r: float32[2, 8, 8, 8])
+node gap = GlobalAveragePool(r) -> (p: float32[2, 8, 1, 1])
+node flat = Flatten(r) attrs {"axis": 2} -> (f: float32[16, 8])
+node tr = Transpose(f) -> (t: float32[8, 16])
+node fl2 = Reshape(t, shp) -> (t2: float32[24, 16, 1, 1])
+node mm3 = MatMul(u, mw) -> (m: float32[3, 4, 48])
+node soft = LogSoftmax(m) attrs {"axis": 1} -> (s: float32[3, 4, 48])
+output p
+output t
+output s
+"""
+
+
+@pytest.mark.parametrize("threshold", [8_000, 3_000])
+def test_more_rules_keep_outputs(threshold):
+    text = "\n".join(line for line in MORE.splitlines() if "fl2" not in line) + "\n"
+    g = parse(text)
+    _random_weights(g)
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=threshold)
+    verify(g)
+    assert {"gconv", "lrn", "mm3"} <= set(res.splits)
+    for n in g.nodes:
+        assert not needs_fit(n) or touched_bytes(n) <= threshold, (n.name, touched_bytes(n))
+    out = run(g, feeds)
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_with_transposed_a_splits_rows_outputs_and_reduction():
+    g = parse("""\
+graph gemm
+input a: float32[256, 8]
+const b: float32[256, 32] = fill(0.1)
+const c: float32[1, 32] = fill(0.2)
+node gemm = Gemm(a, b, c) attrs {"transA": 1, "alpha": 0.5, "beta": 2.0} -> (y: float32[8, 32])
+output y
+""")
+    _random_weights(g)
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=2_500)
+    verify(g)
+    assert res.splits["gemm"] >= 2 and any(n.op_type == "Sum" for n in g.nodes)
+    np.testing.assert_allclose(run(g, feeds)["y"], ref["y"], rtol=1e-5, atol=1e-5)
