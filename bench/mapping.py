@@ -7,6 +7,7 @@ each also as a ratio to Scotch.
 
     PYTHONPATH=$PWD python bench/mapping.py                # the bench table
     PYTHONPATH=$PWD python bench/mapping.py --scale        # 10^8-synapse graph, corefold only
+    PYTHONPATH=$PWD python bench/mapping.py --capacity-sweep   # cost of the hard synapse capacity
 
 Wall time excludes loading the graph and (for corefold) Numba compilation, which is cached
 on disk (``cache=True``) and warmed up on a tiny graph first.
@@ -242,6 +243,29 @@ def scale(seed: int, n: int, degree: int):
           f"violations {ev['violations'].tolist()}; phases {m.summary['time']}")
 
 
+def capacity_sweep(seed: int):
+    """lenet on 6x6 cores of 256 neurons, corefold only: traffic as the synapse memory per
+    core grows from lenet-tight's (the cost of the hard synapse capacity)."""
+    from dataclasses import replace
+
+    from corefold.mapping.mapper import map_topology
+    from corefold.mapping.topology.generate_cnn import stack_topology
+    from corefold.target import load_target
+
+    lenet = stack_topology("lenet")
+    tight = int(np.ceil(lenet.synapses.sum() / 36 * 1.1))
+    print("synapses/core  x tight  traffic  cut  seconds")
+    for factor in (1.0, 1.1, 1.25, 1.5, 2.0, None):
+        scap = None if factor is None else int(tight * factor)
+        target = replace(load_target("neuromorphic").with_mesh(6, 6), neurons_per_core=256, synapses_per_core=scap)
+        t0 = time.perf_counter()
+        m = map_topology(lenet, target, seed=seed, progress=False)
+        ev = objectives.evaluate(lenet, m.core_xy, 6, 6, 6, 6, 1.0, (256, scap))
+        assert not ev["violations"].any()
+        print(f"{scap if scap else 'unbounded':>13}  {factor if factor else '-':>7}  {ev['traffic']:.4g}  "
+              f"{ev['cut']:.4g}  {time.perf_counter() - t0:.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
@@ -250,8 +274,12 @@ def main():
     ap.add_argument("--scale", action="store_true", help="map a 10^8-synapse banded graph with corefold")
     ap.add_argument("--scale-n", type=int, default=1_000_000)
     ap.add_argument("--scale-degree", type=int, default=100)
+    ap.add_argument("--capacity-sweep", action="store_true",
+                    help="lenet with growing synapse memory per core, corefold only")
     args = ap.parse_args()
-    if args.scale:
+    if args.capacity_sweep:
+        capacity_sweep(args.seed)
+    elif args.scale:
         scale(args.seed, args.scale_n, args.scale_degree)
     else:
         bench(args.seed, args.methods.split(","), [g for g in args.graphs.split(",") if g])

@@ -107,3 +107,24 @@ def test_target_without_neuron_capacity_is_a_target_error():
 
     with pytest.raises(TargetError, match="core.neurons"):
         map_topology(grid_graph(3, 3), load_target("npu"), FAST, progress=False)
+
+
+def test_restarts_keep_the_best_run_and_are_deterministic():
+    from corefold.mapping.mapper import _map_once, restarts_for
+
+    topo = conv_like_graph(700, 4)
+    target = _target(3, 3, 90)
+    settings = replace(FAST, max_restarts=3, restart_work=10**6)
+    assert restarts_for(topo, settings) == 3
+    a = map_topology(topo, target, settings, seed=5, progress=False)
+    b = map_topology(topo, target, settings, seed=5, progress=False)
+    _check(topo, target, a)
+    assert (a.core_xy == b.core_xy).all() and a.summary["restarts"] == 3
+    shared = replace(settings, anneal_steps_per_group=int(settings.anneal_steps_per_group
+                                                          * settings.restart_anneal_share / 3))
+    runs = [_map_once(topo, target, shared, np.random.default_rng(int(s)), False)
+            for s in np.random.default_rng(5).integers(0, 2**31, 3)]
+    best = min(runs, key=lambda m: m.summary["traffic_estimate"])
+    assert (a.core_xy == best.core_xy).all()
+    ev = objectives.evaluate(topo, a.core_xy, 3, 3, 3, 3, 1.0, (90, None))
+    assert np.isclose(ev["traffic"], a.summary["traffic_estimate"])

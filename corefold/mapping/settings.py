@@ -54,6 +54,15 @@ class MapSettings:
         coarse_slack: on coarse levels refinement may fill a core up to (1 + slack) of its
             capacity, shrinking linearly to 0 at the finest level, where repair enforces
             the exact capacity.
+        vertex_swap_rounds: rounds of (move refinement, pairwise vertex swaps between parts)
+            on the final placement, until a round's swaps gain nothing or the round gains
+            less than ``vertex_swap_min_gain`` of the traffic (0 = moves only).
+        rebalance_moves: at most this many overflow-lowering moves per bisection level
+            when a side is over a capacity (two binding capacities; 0 = off).
+        max_restarts, restart_work: graphs with few vertices are mapped
+            ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
+            given seed, and the mapping with the least hop-weighted traffic is kept. The
+            runs share ``restart_anneal_share`` of one run's annealing steps.
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -79,6 +88,12 @@ class MapSettings:
     anneal_max_steps: int = 20_000_000
     anneal_max_work: float = 1.5e8
     coarse_slack: float = 0.0
+    vertex_swap_rounds: int = 8
+    vertex_swap_min_gain: float = 0.005
+    rebalance_moves: int = 2000
+    max_restarts: int = 4
+    restart_work: int = 20_000
+    restart_anneal_share: float = 0.3
     debug: bool = False
     trace: bool = False
 

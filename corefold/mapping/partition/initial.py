@@ -240,6 +240,118 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
     return cut
 
 
+@njit(cache=True)
+def _side_overflow(fill, caps2, s, scale):
+    o = 0.0
+    for d in range(fill.shape[1]):
+        if fill[s, d] > caps2[s, d]:
+            o += (fill[s, d] - caps2[s, d]) * scale[d]
+    return o
+
+
+@njit(cache=True)
+def _flip(indptr, indices, weights, loads, side, fill, gain, v):
+    s = side[v]
+    t = 1 - s
+    for d in range(loads.shape[1]):
+        fill[s, d] -= loads[v, d]
+        fill[t, d] += loads[v, d]
+    side[v] = t
+    gain[v] = -gain[v]
+    for e in range(indptr[v], indptr[v + 1]):
+        u = indices[e]
+        if side[u] == t:
+            gain[u] -= 2.0 * weights[e]
+        else:
+            gain[u] += 2.0 * weights[e]
+
+
+@njit(cache=True)
+def _best_flip(loads, side, fill, caps2, scale, gain, ref, skip, need_decrease):
+    """The flip with the largest cut gain among those that take the overflow below ``ref``
+    (``need_decrease``), else the flip that raises it least (ties: larger gain)."""
+    n = side.shape[0]
+    dims = loads.shape[1]
+    best_v = -1
+    best_g = -np.inf
+    best_o = np.inf
+    for v in range(n):
+        if v == skip:
+            continue
+        s = side[v]
+        t = 1 - s
+        for d in range(dims):
+            fill[s, d] -= loads[v, d]
+            fill[t, d] += loads[v, d]
+        delta = _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale) - ref
+        for d in range(dims):
+            fill[s, d] += loads[v, d]
+            fill[t, d] -= loads[v, d]
+        if need_decrease:
+            if delta < -1e-15 and (gain[v] > best_g or (gain[v] == best_g and delta < best_o)):
+                best_v, best_g, best_o = v, gain[v], delta
+        elif delta < best_o - 1e-15 or (abs(delta - best_o) <= 1e-15 and gain[v] > best_g):
+            best_v, best_g, best_o = v, gain[v], delta
+    return best_v
+
+
+@njit(cache=True)
+def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
+    """Move vertices across a bisection until both sides fit ``caps2``, cut-cheapest first.
+
+    Each step takes, among all moves that lower the total overflow
+    sum_d max(0, fill - cap) / cap_d of the two sides, the one with the largest cut gain.
+    When no single move lowers it (both capacities tight: a heavy vertex must go one way
+    and a light one the other), the move that raises it least is paired with the best
+    move that then brings it below where it was, or the search stops. Greedy growing stops
+    at the first capacity it reaches and FM never moves into a full side, so with two
+    binding capacities (neurons and synapses) a bisection can leave a side far over.
+    ``side`` (int64 0/1) is updated in place. O(moves * n + m); nothing when both fit.
+
+    Returns:
+        the number of moves.
+    """
+    n = indptr.shape[0] - 1
+    dims = loads.shape[1]
+    fill = np.zeros((2, dims), np.int64)
+    for v in range(n):
+        for d in range(dims):
+            fill[side[v], d] += loads[v, d]
+    scale = np.empty(dims)
+    for d in range(dims):
+        scale[d] = 1.0 / max(caps2[0, d] + caps2[1, d], 1)
+    if _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale) == 0.0:
+        return 0
+    gain = np.zeros(n)
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            if side[indices[e]] != side[v]:
+                gain[v] += weights[e]
+            else:
+                gain[v] -= weights[e]
+    moves = 0
+    while moves < max_moves:
+        before = _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale)
+        if before == 0.0:
+            break
+        v = _best_flip(loads, side, fill, caps2, scale, gain, before, -1, True)
+        if v >= 0:
+            _flip(indptr, indices, weights, loads, side, fill, gain, v)
+            moves += 1
+            continue
+        v1 = _best_flip(loads, side, fill, caps2, scale, gain, before, -1, False)
+        if v1 < 0:
+            break
+        _flip(indptr, indices, weights, loads, side, fill, gain, v1)
+        v2 = _best_flip(loads, side, fill, caps2, scale, gain, before, v1, True)
+        if v2 < 0:
+            _flip(indptr, indices, weights, loads, side, fill, gain, v1)
+            break
+        _flip(indptr, indices, weights, loads, side, fill, gain, v2)
+        moves += 2
+    return moves
+
+
 def lower_bounds(total: np.ndarray, caps2: np.ndarray, tolerance: float = 0.03) -> np.ndarray:
     """Least load each side must keep: its share of ``total`` less ``tolerance``.
 
@@ -254,13 +366,14 @@ def lower_bounds(total: np.ndarray, caps2: np.ndarray, tolerance: float = 0.03) 
 
 def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Generator,
            restarts: int = 4, refine_passes: int = 2, fm: bool = True,
-           bias: np.ndarray | None = None) -> np.ndarray:
+           bias: np.ndarray | None = None, rebalance_moves: int = 0) -> np.ndarray:
     """Split a graph into sides 0/1 holding loads in proportion to ``caps2`` (2, dims).
 
     Each restart grows side 0 from a random vertex to its share of the total load, then
     refines the cut (Fiduccia-Mattheyses, or the seed's greedy moves if ``fm`` is False)
     without overfilling either side's capacity; the cheapest cut whose
-    sides fit is kept (the cheapest overall if none fits).
+    sides fit is kept (the cheapest overall if none fits). With ``rebalance_moves`` > 0 a
+    grown side over a capacity is first repaired by :func:`rebalance` (at most that many moves).
 
     Returns:
         int64 side per vertex.
@@ -276,6 +389,8 @@ def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Ge
         starts = rng.permutation(n).astype(np.int64)
         side, _ = grow_bisection(indptr, indices, weights, loads, target, starts, bias)
         side = side.astype(np.int64)
+        if rebalance_moves:
+            rebalance(indptr, indices, weights, loads, side, caps2, rebalance_moves)
         fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
         if fm:
             c = fm_refine(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2),
@@ -348,13 +463,14 @@ def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
 
 def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: np.ndarray,
                       rng: np.random.Generator, restarts: int = 4, repeats: int = 4,
-                      min_shrink: float = 0.2, coarsest: int = 128) -> np.ndarray:
+                      min_shrink: float = 0.2, coarsest: int = 128, rebalance_moves: int = 0) -> np.ndarray:
     """The seed's phases applied to one bisection: coarsen, grow, uncoarsen with FM.
 
     Coarsening merges vertices up to 1/``coarsest`` of the total load and stops near
     ``coarsest`` vertices or below ``min_shrink``; the coarsest graph is bisected by
     :func:`bisect` (greedy growing, restarts); every finer level is refined by
-    :func:`fm_refine`. ``bias`` (per vertex) is summed onto coarse vertices.
+    :func:`fm_refine`, after :func:`rebalance` (``rebalance_moves`` > 0) restores the
+    capacities the coarse sides missed. ``bias`` (per vertex) is summed onto coarse vertices.
 
     Returns:
         int64 side per vertex. Complexity O(repeats * m) plus the FM passes.
@@ -369,11 +485,14 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
     for lv in levels[:-1]:
         biases.append(np.bincount(lv.coarse_of, weights=biases[-1], minlength=int(lv.coarse_of.max()) + 1))
     top = levels[-1]
-    side = bisect(top.indptr, top.indices, top.weights, top.loads, caps2, rng, restarts, bias=biases[-1])
+    side = bisect(top.indptr, top.indices, top.weights, top.loads, caps2, rng, restarts, bias=biases[-1],
+                  rebalance_moves=rebalance_moves)
     lower2 = lower_bounds(total, caps2)
     for li in range(len(levels) - 2, -1, -1):
         lv = levels[li]
         side = side[lv.coarse_of]
+        if rebalance_moves:
+            rebalance(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, rebalance_moves)
         fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20), biases[li])
     return side
 
@@ -389,7 +508,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                         rng: np.random.Generator, restarts: int = 4,
                         slot_xy: np.ndarray | None = None, multilevel: bool = False,
                         repeats: int = 4, min_shrink: float = 0.2, progress=None,
-                        bias_scale: float = 1.0, top_tries: int = 1) -> np.ndarray:
+                        bias_scale: float = 1.0, top_tries: int = 1, rebalance_moves: int = 0) -> np.ndarray:
     """Assign every vertex to a slot by recursive bisection, breadth-first.
 
     Args:
@@ -401,6 +520,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         progress: optional callable(1) after each bisection (there are s - 1).
         top_tries: multilevel bisections tried (cheapest kept) for nodes holding more than
             a quarter of the graph.
+        rebalance_moves: cap on :func:`rebalance` moves per call (0 = off).
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
@@ -438,12 +558,13 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             tries = top_tries if verts.size * 4 > n else 1
             side, best = None, None
             for _ in range(tries):
-                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink)
+                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink,
+                                         rebalance_moves=rebalance_moves)
                 cost = _bisection_cost(sptr, sidx, sw, cand, bias)
                 if best is None or cost < best:
                     side, best = cand, cost
         else:
-            side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias)
+            side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias, rebalance_moves=rebalance_moves)
         del sptr, sidx, sw
         if slot_xy is not None:
             center[verts[side == 0]] = c0

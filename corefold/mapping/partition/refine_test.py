@@ -59,3 +59,26 @@ def test_repair_empties_overfull_parts():
     assert left == 0
     assert (part_fill(loads, part, 4) <= caps).all()
     assert (fill == part_fill(loads, part, 4)).all()
+
+
+def test_swaps_gain_exactly_in_full_parts():
+    from corefold.mapping.partition.refine import refine_with_swaps, swap_pass
+
+    topo, loads, part = _setup(3, k=8, n=480)
+    k = 8
+    part = np.repeat(np.arange(k), 60)[np.random.default_rng(3).permutation(480)]
+    xy = np.stack([np.arange(k) % 4, np.arange(k) // 4], axis=1)
+    dist = np.abs(xy[:, None, :] - xy[None, :, :]).sum(axis=2).astype(np.float64)
+    fill = part_fill(loads, part, k)
+    caps = fill.copy()  # every part exactly full: no single move fits, only swaps
+    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    gain, swaps = swap_pass(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist)
+    after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    assert swaps > 0 and gain > 0 and np.isclose(before - after, gain)
+    assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
+    total = refine_with_swaps(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
+                              np.random.default_rng(0), rounds=4, debug=True)
+    final = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    assert total > 0 and np.isclose(after - final, total)
+    assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
+    assert np.bincount(part, minlength=k).tolist() == [60] * k
