@@ -38,11 +38,18 @@ def sqnr_db(ref: list[np.ndarray], test: list[np.ndarray]) -> float:
     return float("inf") if noise == 0 else 10 * np.log10(max(sig, 1e-300) / noise)
 
 
+#: evaluate with ORT's graph optimisations off (the QDQ reference semantics): ORT's fused
+#: uint8 QLinearSoftmax returns 0 where QuantizeLinear/DequantizeLinear give 1/1000
+REFERENCE_SEMANTICS = {"on": False}
+
+
 def ort_session(path: str):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if REFERENCE_SEMANTICS["on"]:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
@@ -244,7 +251,10 @@ def main() -> int:
                     help="also run corefold's mixed precision on MiniLM to this output SQNR")
     ap.add_argument("--light-samples", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ort-no-fusion", action="store_true",
+                    help="evaluate every model with ORT's graph optimisations off (QDQ reference semantics)")
     args = ap.parse_args()
+    REFERENCE_SEMANTICS["on"] = args.ort_no_fusion
     summary = {}
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.models.split(","):

@@ -25,19 +25,9 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], outputs: Iterable[str] | Non
     kernels = load_all()
     want = list(outputs) if outputs is not None else [v.name for v in graph.outputs]
     env: dict[str, np.ndarray] = {}
-    known = {v.name for v in graph.inputs}
-    for name in feeds:
-        if name not in known:
-            raise DataError(f"input '{name}' is not an input of the model (inputs: {', '.join(sorted(known))})")
+    check_feeds(graph, feeds)
     for v in graph.inputs:
-        if v.name not in feeds:
-            raise DataError(f"missing input '{v.name}'")
-        x = np.asarray(feeds[v.name])
-        if v.shape is not None and tuple(x.shape) != tuple(v.shape):
-            raise DataError(f"input '{v.name}' has shape {list(x.shape)}, the model expects {list(v.shape)}")
-        if x.dtype != v.dtype:
-            raise DataError(f"input '{v.name}' has dtype {x.dtype}, the model expects {v.dtype}")
-        env[v.name] = x
+        env[v.name] = np.asarray(feeds[v.name])
     for v in graph.constants.values():
         env[v.name] = v.const
     order = graph.topological_order()
@@ -66,6 +56,26 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], outputs: Iterable[str] | Non
     if missing:
         raise DataError(f"no such value(s) to return: {', '.join(missing)}")
     return {w: env[w] for w in want}
+
+
+def check_feeds(graph: Graph, feeds: dict[str, np.ndarray]) -> None:
+    """Check feeds against the graph's inputs.
+
+    Raises:
+        DataError: a feed is unknown, or an input is missing or of the wrong shape or dtype.
+    """
+    known = {v.name for v in graph.inputs}
+    for name in feeds:
+        if name not in known:
+            raise DataError(f"input '{name}' is not an input of the model (inputs: {', '.join(sorted(known))})")
+    for v in graph.inputs:
+        if v.name not in feeds:
+            raise DataError(f"missing input '{v.name}'")
+        x = np.asarray(feeds[v.name])
+        if v.shape is not None and tuple(x.shape) != tuple(v.shape):
+            raise DataError(f"input '{v.name}' has shape {list(x.shape)}, the model expects {list(v.shape)}")
+        if x.dtype != v.dtype:
+            raise DataError(f"input '{v.name}' has dtype {x.dtype}, the model expects {v.dtype}")
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:

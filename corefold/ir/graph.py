@@ -126,6 +126,22 @@ class Graph:
             u.node.replace_input(u.index, new)
         self.outputs = [new if v is old else v for v in self.outputs]
 
+    def has_name(self, name: str) -> bool:
+        """Whether a value or node of this graph is called ``name``."""
+        return name in self._names
+
+    def remove_constant(self, name: str) -> None:
+        """Remove an unused constant.
+
+        Raises:
+            ValueError: it still has uses or is a graph output.
+        """
+        v = self.constants[name]
+        if v._uses or v in self.outputs:
+            raise ValueError(f"cannot remove constant '{name}': it is still used")
+        del self.constants[name]
+        self._names.discard(name)
+
     def remove_unused_constants(self) -> int:
         dead = [k for k, v in self.constants.items() if not v._uses and v not in self.outputs]
         for k in dead:

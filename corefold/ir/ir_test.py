@@ -183,3 +183,13 @@ def test_dominators_match_path_definition(g):
                 if not preds or any(p in reach for p in preds):
                     reach.add(node)
             assert (b not in reach) == (a in chain), (a.name, b.name)
+
+
+def test_remove_constant_refuses_a_used_one():
+    g = parse(TINY)
+    with pytest.raises(ValueError, match="still used"):
+        g.remove_constant("w")
+    g.node("add").replace_input(1, g.value("h"))
+    g.remove_constant("b")
+    assert "b" not in g.constants and not g.has_name("b")
+    verify(g)

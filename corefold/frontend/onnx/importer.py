@@ -102,7 +102,7 @@ class Importer:
     def new_name(self, base: str) -> str:
         """A name used by no IR value or node and by no ONNX value of the model."""
         name, i = base, 0
-        while name in self.reserved or name in self.graph._names:
+        while name in self.reserved or self.graph.has_name(name):
             i += 1
             name = f"{base}_{i}"
         self.reserved.add(name)
@@ -315,7 +315,7 @@ class Importer:
             self.env[vi.name] = v
 
     def _claim_onnx(self, name: str) -> str:
-        if name in self.graph._names:
+        if self.graph.has_name(name):
             raise ModelError(f"{self.source}: value '{name}' is defined twice")
         return name
 

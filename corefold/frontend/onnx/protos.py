@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
@@ -20,6 +21,9 @@ ONNX_TO_NUMPY: dict[int, np.dtype] = {
     TensorProto.UINT8: np.dtype("uint8"), TensorProto.UINT16: np.dtype("uint16"),
     TensorProto.UINT32: np.dtype("uint32"), TensorProto.UINT64: np.dtype("uint64"),
 }
+# 4-bit integers (opset 21) as ml_dtypes' int4/uint4, which onnx itself depends on
+ONNX_TO_NUMPY[TensorProto.INT4] = np.dtype(ml_dtypes.int4)
+ONNX_TO_NUMPY[TensorProto.UINT4] = np.dtype(ml_dtypes.uint4)
 NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
 
 #: (op_type, attribute) pairs whose value is an element type: NumPy dtype names in the IR.

@@ -28,6 +28,7 @@ import numpy as np
 
 from corefold.errors import UnsupportedOpError
 from corefold.executor.registry import load_all
+from corefold.executor.run import check_feeds
 from corefold.ir import Graph, Node, Value
 
 #: ops whose integer form is the same op on the integers (then a rescale)
@@ -268,20 +269,6 @@ class IntegerRunner:
             for v, r in zip(n.outputs, res, strict=False):
                 env[v.name] = r
         return {v.name: env[v.name] for v in self.graph.outputs}
-
-
-def check_feeds(graph: Graph, feeds: dict[str, np.ndarray]) -> None:
-    """Raise DataError for a missing, mis-shaped or mis-typed feed (as the executor does)."""
-    from corefold.errors import DataError
-
-    for v in graph.inputs:
-        if v.name not in feeds:
-            raise DataError(f"missing input '{v.name}'")
-        x = np.asarray(feeds[v.name])
-        if v.shape is not None and tuple(x.shape) != tuple(v.shape):
-            raise DataError(f"input '{v.name}' has shape {list(x.shape)}, the model expects {list(v.shape)}")
-        if x.dtype != v.dtype:
-            raise DataError(f"input '{v.name}' has dtype {x.dtype}, the model expects {v.dtype}")
 
 
 def run_integer(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

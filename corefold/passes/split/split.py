@@ -261,5 +261,4 @@ def _drop_replaced_constants(graph: Graph, names: dict[str, None]) -> None:
     if doomed:
         # NOTE: Graph.remove_unused_constants would also drop constants the user left unused
         for k in doomed:
-            del graph.constants[k]
-            graph._names.discard(k)
+            graph.remove_constant(k)
