@@ -51,6 +51,22 @@ def _fits(fill, caps, loads, t, v):
 
 
 @njit(cache=True)
+def _weights_to_parts(indptr, indices, weights, part, v, stamp_id, acc, stamp, touched):
+    """Sum v's edge weights per neighbouring part into ``acc`` (a sparse accumulator reset
+    lazily through ``stamp``); ``touched[:nt]`` lists those parts. Returns nt. O(deg v)."""
+    nt = 0
+    for e in range(indptr[v], indptr[v + 1]):
+        p = part[indices[e]]
+        if stamp[p] != stamp_id:
+            stamp[p] = stamp_id
+            acc[p] = 0.0
+            touched[nt] = p
+            nt += 1
+        acc[p] += weights[e]
+    return nt
+
+
+@njit(cache=True)
 def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
     """One pass of moves in ``order``; updates ``part`` and ``fill`` in place.
 
@@ -66,15 +82,7 @@ def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
     for idx in range(order.shape[0]):
         v = order[idx]
         i = part[v]
-        nt = 0
-        for e in range(indptr[v], indptr[v + 1]):
-            p = part[indices[e]]
-            if stamp[p] != idx:
-                stamp[p] = idx
-                acc[p] = 0.0
-                touched[nt] = p
-                nt += 1
-            acc[p] += weights[e]
+        nt = _weights_to_parts(indptr, indices, weights, part, v, idx, acc, stamp, touched)
         if nt == 0 or (nt == 1 and touched[0] == i):
             continue
         base = 0.0
@@ -116,15 +124,7 @@ def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, 
     for idx in range(cand.shape[0]):
         v = cand[idx]
         i = part[v]
-        nt = 0
-        for e in range(indptr[v], indptr[v + 1]):
-            p = part[indices[e]]
-            if stamp[p] != idx:
-                stamp[p] = idx
-                acc[p] = 0.0
-                touched[nt] = p
-                nt += 1
-            acc[p] += weights[e]
+        nt = _weights_to_parts(indptr, indices, weights, part, v, idx, acc, stamp, touched)
         base = 0.0
         for a in range(nt):
             base += acc[touched[a]] * dist[i, touched[a]]
@@ -343,15 +343,7 @@ def best_moves(indptr, indices, weights, part, dist, cand):
     for idx in range(cand.shape[0]):
         v = cand[idx]
         i = part[v]
-        nt = 0
-        for e in range(indptr[v], indptr[v + 1]):
-            p = part[indices[e]]
-            if stamp[p] != idx:
-                stamp[p] = idx
-                acc[p] = 0.0
-                touched[nt] = p
-                nt += 1
-            acc[p] += weights[e]
+        nt = _weights_to_parts(indptr, indices, weights, part, v, idx, acc, stamp, touched)
         base = 0.0
         for a in range(nt):
             base += acc[touched[a]] * dist[i, touched[a]]
