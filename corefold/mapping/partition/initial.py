@@ -121,6 +121,16 @@ def grow_bisection(indptr, indices, weights, loads, target, starts, bias):
 
 
 @njit(cache=True)
+def side_fill(side, loads):
+    """Summed loads ``(2, dims)`` of the two sides of a bisection. O(n * dims)."""
+    fill = np.zeros((2, loads.shape[1]), np.int64)
+    for v in range(side.shape[0]):
+        for d in range(loads.shape[1]):
+            fill[side[v], d] += loads[v, d]
+    return fill
+
+
+@njit(cache=True)
 def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias, passes=4):
     """Fiduccia-Mattheyses passes on a bisection; ``side`` (int64 0/1) is updated in place.
 
@@ -136,10 +146,7 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
     """
     n = indptr.shape[0] - 1
     dims = loads.shape[1]
-    fill = np.zeros((2, dims), np.int64)
-    for v in range(n):
-        for d in range(dims):
-            fill[side[v], d] += loads[v, d]
+    fill = side_fill(side, loads)
     gain = np.zeros(n)
     ext = np.zeros(n)  # weight to the other side: v is on the boundary iff ext[v] > 0
     wdeg = np.zeros(n)
@@ -314,10 +321,7 @@ def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
     """
     n = indptr.shape[0] - 1
     dims = loads.shape[1]
-    fill = np.zeros((2, dims), np.int64)
-    for v in range(n):
-        for d in range(dims):
-            fill[side[v], d] += loads[v, d]
+    fill = side_fill(side, loads)
     scale = np.empty(dims)
     for d in range(dims):
         scale[d] = 1.0 / max(caps2[0, d] + caps2[1, d], 1)
