@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -93,12 +94,18 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     # on lenet: a tenth of it anneals the 36 groups as well as all of it).
     settings = replace(settings, anneal_steps_per_group=int(settings.anneal_steps_per_group
                                                             * settings.restart_anneal_share / runs))
-    best = None
-    for r in range(runs):
-        m = _map_once(topo, target, settings, np.random.default_rng(int(seeds[r])), show)
-        key = (m.summary["traffic_estimate"], r)
-        if best is None or key < best[0]:
-            best = (key, m)
+    threads = settings.worker_threads()
+    inner = replace(settings, threads=max(1, threads // runs))
+
+    def run(r: int) -> Mapping:
+        return _map_once(topo, target, inner, np.random.default_rng(int(seeds[r])), show and threads == 1)
+
+    if threads > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, runs)) as pool:
+            results = list(pool.map(run, range(runs)))
+    else:
+        results = [run(r) for r in range(runs)]
+    best = min(((m.summary["traffic_estimate"], r), m) for r, m in enumerate(results))
     m = best[1]
     m.summary["restarts"] = runs
     m.summary["seconds"] = time.perf_counter() - t0
@@ -153,7 +160,8 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
     with _bar(show, "coarsen", disable_reason=multilevel) as bar:
         levels = [finest_level(topo, loads)] if multilevel else coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
                          settings.max_levels, min_vertices=2 * k,
-                         expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1))
+                         expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1),
+                         two_hop=settings.two_hop_matching)
     times["coarsen"] = time.perf_counter() - t
 
     # 2. initial partition of the coarsest graph
@@ -167,7 +175,8 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    multilevel, settings.bisection_matching_repeats, settings.min_shrink,
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
-                                   rebalance_moves=settings.rebalance_moves)
+                                   rebalance_moves=settings.rebalance_moves, threads=settings.worker_threads(),
+                                   two_hop=settings.two_hop_matching)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]

@@ -128,3 +128,12 @@ def test_restarts_keep_the_best_run_and_are_deterministic():
     assert (a.core_xy == best.core_xy).all()
     ev = objectives.evaluate(topo, a.core_xy, 3, 3, 3, 3, 1.0, (90, None))
     assert np.isclose(ev["traffic"], a.summary["traffic_estimate"])
+
+
+def test_mapping_does_not_depend_on_threads():
+    topo = conv_like_graph(3000, 4)
+    target = _target(5, 5, 150)
+    one = map_topology(topo, target, replace(FAST, threads=1), seed=3, progress=False)
+    two = map_topology(topo, target, replace(FAST, threads=2), seed=3, progress=False)
+    _check(topo, target, two)
+    np.testing.assert_array_equal(one.core_xy, two.core_xy)

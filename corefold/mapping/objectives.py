@@ -52,7 +52,7 @@ def hop_distance_matrix(xy: np.ndarray, mesh_width: int, mesh_height: int,
     return (dx + dy + (interchip_hop_cost - 1.0) * chips).astype(np.float64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _edge_costs(indptr, indices, weights, part, dist):
     """(cut, D-weighted sum) over undirected edges; O(m)."""
     n = indptr.shape[0] - 1
@@ -103,7 +103,7 @@ def balance(fill: np.ndarray) -> np.ndarray:
     return np.where(mean > 0, used.max(axis=0) / np.maximum(mean, 1e-300), 1.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _quotient_dense(indptr, indices, weights, part, k):
     q = np.zeros((k, k))
     n = indptr.shape[0] - 1

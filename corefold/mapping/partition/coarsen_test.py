@@ -2,7 +2,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from corefold.mapping.objectives import loads_of
-from corefold.mapping.partition.coarsen import coarsen, contract, finest_level, heavy_edge_matching
+from corefold.mapping.partition.coarsen import (
+    coarsen,
+    contract,
+    finest_level,
+    heavy_edge_matching,
+    two_hop_matching,
+)
 from corefold.mapping.testing import conv_like_graph, random_graph
 
 
@@ -50,3 +56,62 @@ def test_hierarchy_stops_and_keeps_limit():
         assert a.coarse_of.shape[0] == a.n and a.coarse_of.max() == b.n - 1
     assert levels[-1].loads[:, 0].max() <= 40
     assert levels[-1].loads[:, 0].sum() == 3000
+
+
+def _layered(width, layers, fan):
+    """Neurons in layers; each links to ``fan`` neighbours-by-position of the next layer (a
+    CNN's connectivity: no edges inside a layer)."""
+    rows, cols = [], []
+    for layer in range(layers - 1):
+        for d in range(fan):
+            src = np.arange(width) + layer * width
+            dst = (np.arange(width) + d) % width + (layer + 1) * width
+            rows.append(src)
+            cols.append(dst)
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    n = width * layers
+    a = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(n, n))
+    from corefold.mapping.testing import from_matrix
+
+    return from_matrix(a + a.T)
+
+
+def test_two_hop_pairs_only_unmatched_vertices_with_a_common_neighbour():
+    topo = _layered(50, 4, 3)
+    lv = finest_level(topo, loads_of(topo))
+    n = lv.n
+    limit = np.array([2, 10**9])
+    order = np.random.default_rng(0).permutation(n)
+    mate, _ = heavy_edge_matching(lv.indptr, lv.indices, lv.weights, lv.loads, limit, order)
+    before = mate.copy()
+    pairs = two_hop_matching(lv.indptr, lv.indices, lv.loads, limit, mate, order)
+    assert pairs > 0
+    assert (mate[mate] == np.arange(n)).all()
+    new = np.flatnonzero((mate != before) & (np.arange(n) < mate))
+    assert new.size == pairs
+    assert (before[new] == new).all() and (before[mate[new]] == mate[new]).all()  # both were unmatched
+    a = _matrix(lv)
+    for v in new:
+        u = mate[v]
+        assert a[v, u] == 0  # not adjacent (else the heavy-edge pass would have matched them) ...
+        assert a[v].multiply(a[u]).nnz > 0  # ... but they share a neighbour
+    # the contraction of a matching with non-adjacent pairs is still P^T A P
+    coarse = contract(lv, mate)
+    p = sp.csr_matrix((np.ones(n), (np.arange(n), lv.coarse_of)), shape=(n, coarse.n))
+    want = (p.T @ a @ p).tolil()
+    want.setdiag(0)
+    np.testing.assert_allclose(_matrix(coarse).toarray(), want.toarray())
+
+
+def test_two_hop_makes_layered_hierarchies_shallower():
+    topo = _layered(400, 6, 3)
+    lv = finest_level(topo, loads_of(topo))
+    limit = np.array([64, 10**9])
+    plain = coarsen(lv, limit, np.random.default_rng(0), repeats=1, min_shrink=0.2, min_vertices=40)
+    lv = finest_level(topo, loads_of(topo))
+    hop = coarsen(lv, limit, np.random.default_rng(0), repeats=1, min_shrink=0.2, min_vertices=40, two_hop=True)
+    assert hop[1].n < plain[1].n
+    assert hop[1].n <= 0.55 * hop[0].n
+    for levels in (plain, hop):
+        assert levels[-1].loads[:, 0].max() <= 64
+        assert levels[-1].loads[:, 0].sum() == 2400

@@ -17,6 +17,7 @@ O(log k) rounds over the whole graph.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -27,7 +28,7 @@ from corefold.mapping.partition.refine import refine
 CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _heap_push(hk, hv, size, key, v):
     i = size
     hk[i] = key
@@ -42,7 +43,7 @@ def _heap_push(hk, hv, size, key, v):
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _heap_pop(hk, hv, size):
     key = hk[0]
     v = hv[0]
@@ -65,7 +66,7 @@ def _heap_pop(hk, hv, size):
     return key, v, size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grow_bisection(indptr, indices, weights, loads, target, starts, bias):
     """Greedy graph growing from ``starts[0]`` (later entries seed new components).
 
@@ -120,7 +121,7 @@ def grow_bisection(indptr, indices, weights, loads, target, starts, bias):
     return side, 0.5 * cut
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def side_fill(side, loads):
     """Summed loads ``(2, dims)`` of the two sides of a bisection. O(n * dims)."""
     fill = np.zeros((2, loads.shape[1]), np.int64)
@@ -130,7 +131,7 @@ def side_fill(side, loads):
     return fill
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias, passes=4):
     """Fiduccia-Mattheyses passes on a bisection; ``side`` (int64 0/1) is updated in place.
 
@@ -247,7 +248,7 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
     return cut
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _side_overflow(fill, caps2, s, scale):
     o = 0.0
     for d in range(fill.shape[1]):
@@ -256,7 +257,7 @@ def _side_overflow(fill, caps2, s, scale):
     return o
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _flip(indptr, indices, weights, loads, side, fill, gain, v):
     s = side[v]
     t = 1 - s
@@ -273,7 +274,7 @@ def _flip(indptr, indices, weights, loads, side, fill, gain, v):
             gain[u] += 2.0 * weights[e]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _best_flip(loads, side, fill, caps2, scale, gain, ref, skip, need_decrease):
     """The flip with the largest cut gain among those that take the overflow below ``ref``
     (``need_decrease``), else the flip that raises it least (ties: larger gain)."""
@@ -302,7 +303,7 @@ def _best_flip(loads, side, fill, caps2, scale, gain, ref, skip, need_decrease):
     return best_v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
     """Move vertices across a bisection until both sides fit ``caps2``, cut-cheapest first.
 
@@ -421,16 +422,18 @@ def halves(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slots[:h], slots[h:]
 
 
-@njit(cache=True)
-def induced_subgraph(indptr, indices, weights, verts, local):
-    """CSR of the subgraph induced by ``verts``; ``local[v]`` = position in verts or -1. O(deg)."""
+@njit(cache=True, nogil=True)
+def induced_subgraph(indptr, indices, weights, verts, local, owner, me):
+    """CSR of the subgraph induced by ``verts``: u is inside iff ``owner[u] == me``, at
+    position ``local[u]``. (An owner array, not a -1 marker, lets the nodes of one depth of
+    the recursion be extracted concurrently.) O(sum of degrees of verts)."""
     nv = verts.shape[0]
     sptr = np.zeros(nv + 1, np.int64)
     for i in range(nv):
         v = verts[i]
         c = 0
         for e in range(indptr[v], indptr[v + 1]):
-            if local[indices[e]] >= 0:
+            if owner[indices[e]] == me:
                 c += 1
         sptr[i + 1] = sptr[i] + c
     sidx = np.empty(sptr[nv], np.int32)
@@ -439,20 +442,20 @@ def induced_subgraph(indptr, indices, weights, verts, local):
         v = verts[i]
         p = sptr[i]
         for e in range(indptr[v], indptr[v + 1]):
-            j = local[indices[e]]
-            if j >= 0:
-                sidx[p] = j
+            u = indices[e]
+            if owner[u] == me:
+                sidx[p] = local[u]
                 sw[p] = weights[e]
                 p += 1
     return sptr, sidx, sw
 
 
-@njit(cache=True)
-def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
+@njit(cache=True, nogil=True)
+def external_bias(indptr, indices, weights, verts, owner, me, center, c0, c1):
     """Per vertex of ``verts``: sum over edges leaving the node of w * (d(c_u, c0) - d(c_u, c1)).
 
     ``center[u]`` is the centre of the region u is currently bound to; d is Manhattan;
-    ``local[u] < 0`` marks vertices outside the node. This is Scotch's dual recursive
+    ``owner[u] != me`` marks vertices outside the node. This is Scotch's dual recursive
     bipartitioning: a bisection knows which way its vertices' outside neighbours lie.
     O(sum of degrees of verts).
     """
@@ -461,7 +464,7 @@ def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
         v = verts[i]
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
-            if local[u] < 0:
+            if owner[u] != me:
                 d0 = abs(center[u, 0] - c0[0]) + abs(center[u, 1] - c0[1])
                 d1 = abs(center[u, 0] - c1[0]) + abs(center[u, 1] - c1[1])
                 bias[i] += weights[e] * (d0 - d1)
@@ -470,7 +473,8 @@ def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
 
 def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: np.ndarray,
                       rng: np.random.Generator, restarts: int = 4, repeats: int = 4,
-                      min_shrink: float = 0.2, coarsest: int = 128, rebalance_moves: int = 0) -> np.ndarray:
+                      min_shrink: float = 0.2, coarsest: int = 128, rebalance_moves: int = 0,
+                      two_hop: bool = False) -> np.ndarray:
     """The seed's phases applied to one bisection: coarsen, grow, uncoarsen with FM.
 
     Coarsening merges vertices up to 1/``coarsest`` of the total load and stops near
@@ -487,7 +491,7 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
     total = loads.sum(axis=0)
     limit = np.maximum(total // coarsest, 1).astype(np.int64)
     levels = coarsen(Level(indptr, indices, weights, loads), limit, rng, repeats, min_shrink, 40,
-                     min_vertices=coarsest)
+                     min_vertices=coarsest, two_hop=two_hop)
     biases = [bias]
     for lv in levels[:-1]:
         biases.append(np.bincount(lv.coarse_of, weights=biases[-1], minlength=int(lv.coarse_of.max()) + 1))
@@ -515,69 +519,96 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                         rng: np.random.Generator, restarts: int = 4,
                         slot_xy: np.ndarray | None = None, multilevel: bool = False,
                         repeats: int = 4, min_shrink: float = 0.2, progress=None,
-                        bias_scale: float = 1.0, top_tries: int = 1, rebalance_moves: int = 0) -> np.ndarray:
-    """Assign every vertex to a slot by recursive bisection, breadth-first.
+                        bias_scale: float = 1.0, top_tries: int = 1, rebalance_moves: int = 0,
+                        threads: int = 1, two_hop: bool = False) -> np.ndarray:
+    """Assign every vertex to a slot by recursive bisection, one depth at a time.
+
+    The nodes of one depth hold disjoint vertex sets and are bisected independently, on
+    ``threads`` threads (the Numba kernels release the GIL). Node ``i`` (heap numbering:
+    root 1, children 2i and 2i + 1) draws from its own generator seeded by (one draw of
+    ``rng``, i), so the result does not depend on ``threads`` or on scheduling.
 
     Args:
         slot_caps: int64 (s, dims) capacity of each slot.
         split: splits an array of slot ids into two non-empty arrays.
         slot_xy: (s, 2) slot coordinates; when given each bisection is biased by where its
-            vertices' outside neighbours lie (dual recursive bipartitioning).
+            vertices' outside neighbours lie (dual recursive bipartitioning), as bound at
+            the end of the previous depth.
         multilevel: bisect with :func:`multilevel_bisect` (else :func:`bisect` directly).
         progress: optional callable(1) after each bisection (there are s - 1).
         top_tries: multilevel bisections tried (cheapest kept) for nodes holding more than
             a quarter of the graph.
         rebalance_moves: cap on :func:`rebalance` moves per call (0 = off).
+        threads: worker threads for the nodes of one depth.
+        two_hop: 2-hop matching while coarsening (see :func:`.coarsen.two_hop_matching`).
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
     """
     n = indptr.shape[0] - 1
     part = np.zeros(n, np.int64)
-    from collections import deque
-
-    queue = deque([(np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64))])
-    local = np.full(n, -1, np.int64)
+    base = int(rng.integers(0, 2**63 - 1))
+    local = np.zeros(n, np.int64)
+    owner = np.zeros(n, np.int64)
+    center = None
     if slot_xy is not None:
         center = np.tile(slot_xy.mean(axis=0), (n, 1)).astype(np.float64)
-    while queue:
-        verts, slots = queue.popleft()
-        if slots.size == 1 or verts.size == 0:
-            part[verts] = slots[0]
-            continue
+    nodes = [(1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64))]
+
+    def bisect_node(node):
+        node_id, verts, slots = node
+        node_rng = np.random.default_rng([base, node_id])
         s0, s1 = split(slots)
-        local[verts] = np.arange(verts.size)
+        c0 = c1 = None
         if slot_xy is not None:
             c0 = slot_xy[s0].mean(axis=0).astype(np.float64)
             c1 = slot_xy[s1].mean(axis=0).astype(np.float64)
         if slot_xy is not None and bias_scale != 0.0:
-            bias = bias_scale * external_bias(indptr, indices, weights, verts, local, center, c0, c1)
+            bias = bias_scale * external_bias(indptr, indices, weights, verts, owner, node_id, center, c0, c1)
         else:
             bias = np.zeros(verts.size)
         caps2 = np.stack([slot_caps[s0].sum(axis=0), slot_caps[s1].sum(axis=0)])
         if verts.size == n:
             sptr, sidx, sw = indptr, indices, weights
         else:
-            sptr, sidx, sw = induced_subgraph(indptr, indices, weights, verts, local)
-        local[verts] = -1
+            sptr, sidx, sw = induced_subgraph(indptr, indices, weights, verts, local, owner, node_id)
         if multilevel:
             # NOTE: the top bisections shape everything below them; give them extra tries
             tries = top_tries if verts.size * 4 > n else 1
             side, best = None, None
             for _ in range(tries):
-                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink,
-                                         rebalance_moves=rebalance_moves)
+                cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, node_rng, restarts, repeats,
+                                         min_shrink, rebalance_moves=rebalance_moves, two_hop=two_hop)
                 cost = _bisection_cost(sptr, sidx, sw, cand, bias)
                 if best is None or cost < best:
                     side, best = cand, cost
         else:
-            side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias, rebalance_moves=rebalance_moves)
-        del sptr, sidx, sw
-        if slot_xy is not None:
-            center[verts[side == 0]] = c0
-            center[verts[side == 1]] = c1
-        queue.append((verts[side == 0], s0))
-        queue.append((verts[side == 1], s1))
-        if progress is not None:
-            progress(1)
+            side = bisect(sptr, sidx, sw, loads[verts], caps2, node_rng, restarts, bias=bias,
+                          rebalance_moves=rebalance_moves)
+        return side, s0, s1, c0, c1
+
+    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
+    try:
+        while nodes:
+            work = []
+            for node_id, verts, slots in nodes:
+                if slots.size == 1 or verts.size == 0:
+                    part[verts] = slots[0]
+                else:
+                    owner[verts] = node_id
+                    local[verts] = np.arange(verts.size)
+                    work.append((node_id, verts, slots))
+            results = list(pool.map(bisect_node, work)) if pool is not None else [bisect_node(w) for w in work]
+            nodes = []
+            for (node_id, verts, _), (side, s0, s1, c0, c1) in zip(work, results, strict=True):
+                if center is not None:
+                    center[verts[side == 0]] = c0
+                    center[verts[side == 1]] = c1
+                nodes.append((2 * node_id, verts[side == 0], s0))
+                nodes.append((2 * node_id + 1, verts[side == 1], s1))
+                if progress is not None:
+                    progress(1)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return part

@@ -44,6 +44,19 @@ def test_recursive_bisection_covers_every_vertex_once():
     assert np.bincount(part, minlength=10).sum() == 900
 
 
+def test_recursive_bisection_is_the_same_on_any_number_of_threads():
+    topo = grid_graph(40, 40)
+    loads = loads_of(topo)
+    slot_caps = np.tile([[110, 10**9]], (16, 1))
+    xy = np.array([(x, y) for y in range(4) for x in range(4)])
+    parts = [recursive_bisection(topo.indptr, topo.indices, topo.weights, loads, slot_caps, halves,
+                                 np.random.default_rng(5), slot_xy=xy, multilevel=True, bias_scale=1.0,
+                                 threads=t, two_hop=True) for t in (1, 2, 3)]
+    assert (np.bincount(parts[0], minlength=16) <= 110).all()
+    np.testing.assert_array_equal(parts[0], parts[1])
+    np.testing.assert_array_equal(parts[0], parts[2])
+
+
 def _cut(topo, side):
     return sum(topo.weights[e] for v in range(topo.num_vertices) for e in range(topo.indptr[v], topo.indptr[v + 1])
                if side[v] != side[topo.indices[e]]) / 2

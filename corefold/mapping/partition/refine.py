@@ -26,7 +26,7 @@ class ObjectiveMismatch(CorefoldError):
     """Debug mode: an incrementally tracked cost differs from its fresh recomputation."""
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def boundary_vertices(indptr, indices, part):
     """Vertices with a neighbour in another part, ascending. O(m)."""
     n = indptr.shape[0] - 1
@@ -42,7 +42,7 @@ def boundary_vertices(indptr, indices, part):
     return out[:k]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fits(fill, caps, loads, t, v):
     for d in range(loads.shape[1]):
         if fill[t, d] + loads[v, d] > caps[t, d]:
@@ -50,7 +50,7 @@ def _fits(fill, caps, loads, t, v):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _weights_to_parts(indptr, indices, weights, part, v, stamp_id, acc, stamp, touched):
     """Sum v's edge weights per neighbouring part into ``acc`` (a sparse accumulator reset
     lazily through ``stamp``); ``touched[:nt]`` lists those parts. Returns nt. O(deg v)."""
@@ -66,7 +66,7 @@ def _weights_to_parts(indptr, indices, weights, part, v, stamp_id, acc, stamp, t
     return nt
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
     """One pass of moves in ``order``; updates ``part`` and ``fill`` in place.
 
@@ -112,7 +112,7 @@ def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
     return gain, moves
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand):
     """For each candidate vertex, its cheapest feasible move (adjacent parts first, else any)."""
     k = dist.shape[0]
@@ -153,7 +153,7 @@ def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, 
     return target, cost
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _apply_relief(loads, part, fill, caps, cand, target):
     moves = 0
     for idx in range(cand.shape[0]):
@@ -176,7 +176,7 @@ def _apply_relief(loads, part, fill, caps, cand, target):
     return moves
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _part_overflow(fill, caps, p, scale):
     o = 0.0
     for d in range(fill.shape[1]):
@@ -185,7 +185,7 @@ def _part_overflow(fill, caps, p, scale):
     return o
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
     """Last resort for tight packings in several dimensions: moves, then swaps, that lower
     the total overflow sum_d max(0, fill - cap) / cap_d, ignoring traffic. A move may
@@ -315,7 +315,7 @@ def refine(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.rand
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def move_delta(indptr, indices, weights, part, dist, v, t):
     """Exact change of sum w * D if v alone moves to part t. O(deg v)."""
     i = part[v]
@@ -326,7 +326,7 @@ def move_delta(indptr, indices, weights, part, dist, v, t):
     return d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def best_moves(indptr, indices, weights, part, dist, cand):
     """Each candidate's cheapest move to an adjacent part, ignoring capacity.
 
@@ -363,7 +363,7 @@ def best_moves(indptr, indices, weights, part, dist, cand):
     return target, delta
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _swap_pairs(indptr, indices, weights, loads, part, fill, caps, dist, verts, src, dst, delta, starts):
     """Pair the lists (i -> t) and (t -> i) best first and swap while the exact joint delta
     is negative and both parts keep their capacities. ``verts`` is grouped by (src, dst)

@@ -26,7 +26,7 @@ from numba import njit
 from corefold.mapping.partition.refine import ObjectiveMismatch
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def swap_delta(qptr, qidx, qw, pos, occupant, dist, a, cb):
     """Exact change of T when group a moves to core cb (swapping with its occupant)."""
     ca = pos[a]
@@ -46,7 +46,7 @@ def swap_delta(qptr, qidx, qw, pos, occupant, dist, a, cb):
     return d
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _apply_swap(pos, occupant, a, cb):
     ca = pos[a]
     b = occupant[cb]
@@ -57,7 +57,7 @@ def _apply_swap(pos, occupant, a, cb):
         pos[b] = ca
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fraction, iterations, radius):
     k = pos.shape[0]
     height, width = grid.shape
@@ -113,7 +113,7 @@ def _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fracti
     return total_gain
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pairwise_pass(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, radius, order):
     height, width = grid.shape
     gain = 0.0
@@ -144,7 +144,7 @@ def _pairwise_pass(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, radius, o
     return gain
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _anneal(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, steps, t0, t1, seed):
     np.random.seed(seed)
     k = pos.shape[0]
@@ -157,8 +157,12 @@ def _anneal(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, steps, t0, t1, s
     cur *= 0.5
     best = cur
     best_pos = pos.copy()
-    for step in range(steps):
-        temp = t0 * (t1 / t0) ** (step / steps)
+    # NOTE: geometric cooling t0 -> t1 by one multiplication per step (a pow per step
+    # cost a third of the step)
+    cool = (t1 / t0) ** (1.0 / max(steps, 1))
+    temp = t0 / cool
+    for _ in range(steps):
+        temp *= cool
         a = np.random.randint(k)
         if qptr[a + 1] > qptr[a] and np.random.random() < 0.8:
             # NOTE: propose a core next to one of a's neighbours (weighted pick): far more
