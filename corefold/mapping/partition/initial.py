@@ -423,31 +423,51 @@ def halves(slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
-def induced_subgraph(indptr, indices, weights, verts, local, owner, me):
-    """CSR of the subgraph induced by ``verts``: u is inside iff ``owner[u] == me``, at
-    position ``local[u]``. (An owner array, not a -1 marker, lets the nodes of one depth of
-    the recursion be extracted concurrently.) O(sum of degrees of verts)."""
-    nv = verts.shape[0]
-    sptr = np.zeros(nv + 1, np.int64)
-    for i in range(nv):
-        v = verts[i]
-        c = 0
+def split_subgraph(indptr, indices, weights, side):
+    """The two subgraphs induced by ``side`` == 0 and 1, each in its own local numbering
+    (vertices keep their relative order). One pass over the edges: O(n + m).
+
+    Returns:
+        (ptr0, idx0, w0, ptr1, idx1, w1).
+    """
+    n = indptr.shape[0] - 1
+    local = np.empty(n, np.int64)
+    count = np.zeros(2, np.int64)
+    edges = np.zeros(2, np.int64)
+    for v in range(n):
+        s = side[v]
+        local[v] = count[s]
+        count[s] += 1
         for e in range(indptr[v], indptr[v + 1]):
-            if owner[indices[e]] == me:
-                c += 1
-        sptr[i + 1] = sptr[i] + c
-    sidx = np.empty(sptr[nv], np.int32)
-    sw = np.empty(sptr[nv], np.float64)
-    for i in range(nv):
-        v = verts[i]
-        p = sptr[i]
+            if side[indices[e]] == s:
+                edges[s] += 1
+    ptr0 = np.zeros(count[0] + 1, np.int64)
+    ptr1 = np.zeros(count[1] + 1, np.int64)
+    idx0 = np.empty(edges[0], np.int32)
+    idx1 = np.empty(edges[1], np.int32)
+    w0 = np.empty(edges[0], np.float64)
+    w1 = np.empty(edges[1], np.float64)
+    p0 = 0
+    p1 = 0
+    for v in range(n):
+        s = side[v]
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
-            if owner[u] == me:
-                sidx[p] = local[u]
-                sw[p] = weights[e]
-                p += 1
-    return sptr, sidx, sw
+            if side[u] != s:
+                continue
+            if s == 0:
+                idx0[p0] = local[u]
+                w0[p0] = weights[e]
+                p0 += 1
+            else:
+                idx1[p1] = local[u]
+                w1[p1] = weights[e]
+                p1 += 1
+        if s == 0:
+            ptr0[local[v] + 1] = p0
+        else:
+            ptr1[local[v] + 1] = p1
+    return ptr0, idx0, w0, ptr1, idx1, w1
 
 
 @njit(cache=True, nogil=True)
@@ -524,7 +544,8 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
     """Assign every vertex to a slot by recursive bisection, one depth at a time.
 
     The nodes of one depth hold disjoint vertex sets and are bisected independently, on
-    ``threads`` threads (the Numba kernels release the GIL). Node ``i`` (heap numbering:
+    ``threads`` threads (the Numba kernels release the GIL); each node carries its induced
+    subgraph, split from its parent's by :func:`split_subgraph`. Node ``i`` (heap numbering:
     root 1, children 2i and 2i + 1) draws from its own generator seeded by (one draw of
     ``rng``, i), so the result does not depend on ``threads`` or on scheduling.
 
@@ -548,15 +569,15 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
     n = indptr.shape[0] - 1
     part = np.zeros(n, np.int64)
     base = int(rng.integers(0, 2**63 - 1))
-    local = np.zeros(n, np.int64)
     owner = np.zeros(n, np.int64)
     center = None
     if slot_xy is not None:
         center = np.tile(slot_xy.mean(axis=0), (n, 1)).astype(np.float64)
-    nodes = [(1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64))]
+    nodes = [(1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64),
+              (indptr, indices, weights))]
 
     def bisect_node(node):
-        node_id, verts, slots = node
+        node_id, verts, slots, (sptr, sidx, sw) = node
         node_rng = np.random.default_rng([base, node_id])
         s0, s1 = split(slots)
         c0 = c1 = None
@@ -568,10 +589,6 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         else:
             bias = np.zeros(verts.size)
         caps2 = np.stack([slot_caps[s0].sum(axis=0), slot_caps[s1].sum(axis=0)])
-        if verts.size == n:
-            sptr, sidx, sw = indptr, indices, weights
-        else:
-            sptr, sidx, sw = induced_subgraph(indptr, indices, weights, verts, local, owner, node_id)
         if multilevel:
             # NOTE: the top bisections shape everything below them; give them extra tries
             tries = top_tries if verts.size * 4 > n else 1
@@ -585,27 +602,31 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         else:
             side = bisect(sptr, sidx, sw, loads[verts], caps2, node_rng, restarts, bias=bias,
                           rebalance_moves=rebalance_moves)
-        return side, s0, s1, c0, c1
+        if s0.size == 1 and s1.size == 1:  # leaves: no subgraph needed
+            return side, s0, s1, c0, c1, None, None
+        sub = split_subgraph(sptr, sidx, sw, side)
+        return side, s0, s1, c0, c1, sub[:3], sub[3:]
 
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
     try:
         while nodes:
             work = []
-            for node_id, verts, slots in nodes:
+            for node in nodes:
+                node_id, verts, slots, _ = node
                 if slots.size == 1 or verts.size == 0:
                     part[verts] = slots[0]
                 else:
                     owner[verts] = node_id
-                    local[verts] = np.arange(verts.size)
-                    work.append((node_id, verts, slots))
+                    work.append(node)
+            nodes = None  # the parents' subgraphs go as their children's are built
             results = list(pool.map(bisect_node, work)) if pool is not None else [bisect_node(w) for w in work]
             nodes = []
-            for (node_id, verts, _), (side, s0, s1, c0, c1) in zip(work, results, strict=True):
+            for (node_id, verts, _, _), (side, s0, s1, c0, c1, sub0, sub1) in zip(work, results, strict=True):
                 if center is not None:
                     center[verts[side == 0]] = c0
                     center[verts[side == 1]] = c1
-                nodes.append((2 * node_id, verts[side == 0], s0))
-                nodes.append((2 * node_id + 1, verts[side == 1], s1))
+                nodes.append((2 * node_id, verts[side == 0], s0, sub0))
+                nodes.append((2 * node_id + 1, verts[side == 1], s1, sub1))
                 if progress is not None:
                     progress(1)
     finally:
