@@ -89,7 +89,7 @@ class MapSettings:
     bias_scale: float = 0.0
     top_bisection_tries: int = 1
     bisection_matching_repeats: int = 1
-    anneal_steps_per_group: int = 100_000
+    anneal_steps_per_group: int = 30_000
     anneal_max_steps: int = 20_000_000
     anneal_max_work: float = 1.5e8
     two_hop_matching: bool = True
@@ -115,7 +115,7 @@ class MapSettings:
             return cls()
         if name == "fast":
             return cls(matching_repeats=1, bisection_restarts=2, refine_passes=1, swap_passes=1,
-                       force_iterations=20, anneal_steps_per_group=20_000)
+                       force_iterations=20, anneal_steps_per_group=10_000)
         if name == "strong":
             return cls(matching_repeats=8, bisection_matching_repeats=4, bisection_restarts=8, refine_passes=6, swap_passes=6,
                        swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
