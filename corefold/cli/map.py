@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--preset", default="default", choices=["fast", "default", "strong", "seed"],
                         help="mapper settings preset (default: default)")
+    parser.add_argument("--threads", type=_positive, metavar="N",
+                        help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -121,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
     caps = core_capacities(target)
     topo = load_any_topology(args.topology)
     progress = None if not args.no_progress else False
-    mapping = map_topology(topo, target, MapSettings.preset(args.preset), seed=args.seed, progress=progress)
+    settings = MapSettings.preset(args.preset)
+    if args.threads:
+        settings = replace(settings, threads=args.threads)
+    mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
     ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
                              target.mesh_height, target.interchip_hop_cost,
                              (target.neurons_per_core, target.synapses_per_core))

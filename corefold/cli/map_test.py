@@ -47,3 +47,15 @@ def test_map_heatmap(tmp_path):
     rc = main(["map", str(src), "-o", str(tmp_path / "m.npz"), "--mesh", "3x3", "--neurons-per-core", "60",
                "--preset", "fast", "--heatmap", str(png), "--no-progress"])
     assert rc == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_map_threads_option_gives_the_same_mapping(tmp_path):
+    src = tmp_path / "g.npz"
+    _write(src, conv_like_graph(1200, 3))
+    outs = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"m{threads}.npz"
+        assert main(["map", str(src), "-o", str(out), "--mesh", "4x4", "--neurons-per-core", "90", "--preset", "fast",
+                     "--threads", threads, "--no-progress"]) == 0
+        outs.append(np.load(out)["core_xy"])
+    np.testing.assert_array_equal(outs[0], outs[1])
