@@ -596,7 +596,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             for _ in range(tries):
                 cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, node_rng, restarts, repeats,
                                          min_shrink, rebalance_moves=rebalance_moves, two_hop=two_hop)
-                cost = _bisection_cost(sptr, sidx, sw, cand, bias)
+                cost = _bisection_cost(sptr, sidx, sw, cand, bias) if tries > 1 else 0.0
                 if best is None or cost < best:
                     side, best = cand, cost
         else:
