@@ -204,7 +204,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
                                   settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps),
-                                  settings.anneal_max_work)
+                                  settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
                 dist = dist_all[np.ix_(pos, pos)]
             gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
                           settings.refine_passes, settings.debug)
@@ -225,7 +225,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
         anneal = 0 if topology_aware else min(settings.anneal_steps_per_group * k, settings.anneal_max_steps)
         improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
-                          anneal, settings.anneal_max_work)
+                          anneal, settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
         dist = dist_all[np.ix_(pos, pos)]
         if topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,

@@ -37,6 +37,8 @@ class MapSettings:
             before the force-directed swaps (0 = off, as in the seed), at most
             ``anneal_max_steps`` in all and at most ``anneal_max_work`` group-graph edge
             visits (dense group graphs get fewer, costlier steps).
+        anneal_chains: independent annealing chains sharing those steps, best end kept
+            (they run concurrently on ``threads``).
         bisection_level: ``"coarsest"`` bisects the coarsest graph of the hierarchy (seed);
             ``"finest"`` runs every bisection multilevel on the neuron graph itself
             (coarsen the part, grow, FM while uncoarsening), as Scotch does.
@@ -92,6 +94,7 @@ class MapSettings:
     anneal_steps_per_group: int = 30_000
     anneal_max_steps: int = 20_000_000
     anneal_max_work: float = 1.5e8
+    anneal_chains: int = 2
     two_hop_matching: bool = True
     coarse_slack: float = 0.0
     vertex_swap_rounds: int = 8

@@ -19,6 +19,8 @@ O(fraction * k * radius^2 * deg).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
@@ -189,11 +191,13 @@ def _anneal(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, steps, t0, t1, s
 
 
 def anneal_placement(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray, core_xy: np.ndarray,
-                     grid: np.ndarray, steps: int, seed: int) -> float:
+                     grid: np.ndarray, steps: int, seed: int, chains: int = 1, threads: int = 1) -> float:
     """Simulated annealing over group moves/swaps (beyond the seed); keeps the best seen.
 
     Proposals move a group next to one of its neighbours (80%) or to a uniform core;
     temperature falls geometrically from the mean |delta| of random swaps to 1/1000 of it.
+    ``chains`` independent chains (seeds ``seed + i``) share the ``steps`` and the best end
+    is kept; they run on up to ``threads`` threads, with the same result on any number.
     Updates ``pos`` in place; returns the decrease of hop-weighted traffic. O(steps * deg).
     """
     if q.nnz == 0 or steps <= 0:
@@ -209,7 +213,20 @@ def anneal_placement(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray, core_x
     sample = [abs(swap_delta(qptr, qidx, qw, pos, occupant, dist, int(a), int(c)))
               for a, c in zip(rng.integers(0, pos.shape[0], 64), rng.integers(0, num_cores, 64), strict=True)]
     t0 = max(float(np.mean(sample)), 1e-9)
-    best, best_pos = _anneal(qptr, qidx, qw, pos.copy(), occupant, dist, core_xy, grid, steps, t0, t0 * 1e-3, seed)
+    chains = max(1, chains)
+    per = max(1, steps // chains)
+
+    def chain(i: int):
+        # NOTE: Numba's np.random state is per thread, and each chain seeds it first
+        return _anneal(qptr, qidx, qw, pos.copy(), occupant.copy(), dist, core_xy, grid, per, t0, t0 * 1e-3,
+                       seed + i)
+
+    if threads > 1 and chains > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, chains)) as pool:
+            ends = list(pool.map(chain, range(chains)))
+    else:
+        ends = [chain(i) for i in range(chains)]
+    best, best_pos = min(ends, key=lambda end: end[0])  # first of equal ends: independent of scheduling
     if best < before:
         pos[:] = best_pos
         return before - best
@@ -224,7 +241,8 @@ def _traffic(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray) -> float:
 def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, dist: np.ndarray,
                       width: int, height: int, rng: np.random.Generator, fraction: float = 0.05,
                       iterations: int = 50, swap_passes: int = 3, radius: int = 3,
-                      debug: bool = False, anneal_steps: int = 0, anneal_work: float = 0.0) -> float:
+                      debug: bool = False, anneal_steps: int = 0, anneal_work: float = 0.0,
+                      anneal_chains: int = 1, threads: int = 1) -> float:
     """Annealing (optional), force-directed swaps, then exact pairwise swaps; updates ``pos``.
 
     Args:
@@ -253,7 +271,8 @@ def improve_placement(q: sp.csr_matrix, pos: np.ndarray, core_xy: np.ndarray, di
         # NOTE: a step costs about twice the mean group degree; cap the total work
         anneal_steps = min(anneal_steps, int(anneal_work / (2.0 * q.nnz / max(q.shape[0], 1) + 1.0)))
     if anneal_steps > 0:
-        gain += anneal_placement(q, pos, dist, core_xy, grid, anneal_steps, int(rng.integers(2**31)))
+        gain += anneal_placement(q, pos, dist, core_xy, grid, anneal_steps, int(rng.integers(2**31)),
+                                 anneal_chains, threads)
         occupant[:] = -1
         occupant[pos] = np.arange(pos.shape[0])
     gain += _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fraction, iterations, radius)

@@ -2,7 +2,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from corefold.mapping.objectives import hop_distance_matrix
-from corefold.mapping.place.force import _traffic, improve_placement, swap_delta
+from corefold.mapping.place.force import _traffic, anneal_placement, improve_placement, swap_delta
 
 
 def _case(seed, k=12, w=5, h=4):
@@ -40,3 +40,18 @@ def test_improve_placement_lowers_traffic_and_keeps_one_group_per_core():
     gain = improve_placement(q, pos, cores, dist, 5, 4, np.random.default_rng(0), debug=True)
     assert gain > 0 and np.isclose(before - _traffic(q, pos, dist), gain)
     assert np.unique(pos).size == 12
+
+
+def test_annealing_chains_lower_traffic_and_ignore_the_thread_count():
+    q, cores, pos = _case(5, k=16, w=5, h=4)
+    dist = hop_distance_matrix(cores, 5, 4, 1.0)
+    grid = np.arange(20).reshape(4, 5)
+    before = _traffic(q, pos, dist)
+    ends = []
+    for threads in (1, 2):
+        p = pos.copy()
+        gain = anneal_placement(q, p, dist, cores, grid, 20_000, seed=9, chains=3, threads=threads)
+        assert np.unique(p).size == 16
+        assert np.isclose(before - _traffic(q, p, dist), gain) and gain > 0
+        ends.append(p)
+    np.testing.assert_array_equal(ends[0], ends[1])
