@@ -159,8 +159,7 @@ def _anneal(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, steps, t0, t1, s
     cur *= 0.5
     best = cur
     best_pos = pos.copy()
-    # NOTE: geometric cooling t0 -> t1 by one multiplication per step (a pow per step
-    # cost a third of the step)
+    # geometric cooling t0 -> t1, one multiplication per step
     cool = (t1 / t0) ** (1.0 / max(steps, 1))
     temp = t0 / cool
     for _ in range(steps):
