@@ -27,6 +27,7 @@ import numpy as np
 from corefold.errors import CapacityError, TargetError
 from corefold.mapping import objectives
 from corefold.mapping.partition.coarsen import coarsen, finest_level
+from corefold.mapping.partition.exchange import refine_with_exchanges
 from corefold.mapping.partition.initial import halves, recursive_bisection
 from corefold.mapping.partition.refine import refine, refine_with_swaps, repair_capacity
 from corefold.mapping.place.force import improve_placement
@@ -167,7 +168,9 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    multilevel, settings.bisection_matching_repeats, settings.min_shrink,
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
-                                   rebalance_moves=settings.rebalance_moves)
+                                   rebalance_moves=settings.rebalance_moves,
+                                   rebalance_tolerance=settings.rebalance_tolerance,
+                                   spread_slack=settings.spread_slack, exchange=settings.exchange_fm)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -218,7 +221,11 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
                           anneal, settings.anneal_max_work)
         dist = dist_all[np.ix_(pos, pos)]
-        if topology_aware and settings.vertex_swap_rounds > 0:
+        if topology_aware and settings.vertex_swap_rounds > 0 and settings.eject_scan > 0:
+            refine_with_exchanges(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill,
+                                  slot_caps, dist, rng, settings.vertex_swap_rounds, settings.refine_passes,
+                                  settings.vertex_swap_min_gain, settings.eject_scan)
+        elif topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
                               dist, rng, settings.vertex_swap_rounds, settings.refine_passes, settings.debug,
                               settings.vertex_swap_min_gain)
