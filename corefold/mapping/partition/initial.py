@@ -30,6 +30,24 @@ def fm_refine_mc(*args):
 
     return f(*args)
 
+
+def rebalance_sides(indptr, indices, weights, loads, side, caps2, max_moves, aim: np.ndarray | None = None) -> int:
+    """:func:`rebalance` to ``caps2``, or first towards ``aim`` (:func:`balance_caps`).
+
+    Towards an ``aim`` below the capacities, single moves come from a heap
+    (:func:`~.multiconstraint.rebalance_heap`, O((n + m) log n)); the full scan with move
+    pairs (O(moves * n)) then only runs if a side is still over ``caps2``, and only up
+    to ``caps2``.
+    """
+    if aim is None or np.array_equal(aim, caps2):
+        return rebalance(indptr, indices, weights, loads, side, caps2, max_moves)
+    from corefold.mapping.partition.multiconstraint import rebalance_heap
+
+    moves, left = rebalance_heap(indptr, indices, weights, loads, side, aim, max_moves)
+    if left > 0.0 and moves < max_moves:
+        moves += rebalance(indptr, indices, weights, loads, side, caps2, max_moves - moves)
+    return moves
+
 CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
 
 
@@ -369,17 +387,17 @@ def balance_caps(total: np.ndarray, caps2: np.ndarray, tolerance: float | None) 
     """The loads :func:`rebalance` aims each side at: its share of ``total`` times
     (1 + ``tolerance``), never above ``caps2``; ``caps2`` itself when ``tolerance`` is None.
 
-    Only dimensions where capacity is meaningful (total above a tenth of it) are aimed at
-    their share. Rebalancing to the capacities leaves each side full in a different
+    Only when two or more dimensions bind (total above a tenth of the capacity), and only
+    those dimensions, are aimed at their share; with one binding capacity FM has room. Rebalancing to the capacities leaves each side full in a different
     dimension when two capacities bind (neurons on one side, synapses on the other), so
     FM, which never overfills a side, can then move almost nothing; aimed at the shares,
     both sides keep slack in both dimensions.
     """
-    if tolerance is None:
+    binding = total * 10 >= caps2.sum(axis=0)
+    if tolerance is None or binding.sum() < 2:
         return caps2
     share = caps2 / np.maximum(caps2.sum(axis=0), 1)
     aim = np.ceil(share * total[None, :] * (1.0 + tolerance)).astype(np.int64)
-    binding = total * 10 >= caps2.sum(axis=0)
     return np.where(binding[None, :], np.minimum(aim, caps2), caps2)
 
 
@@ -445,7 +463,7 @@ def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Ge
         side, _ = grow_bisection(indptr, indices, weights, loads, target, starts, bias)
         side = side.astype(np.int64)
         if rebalance_moves:
-            rebalance(indptr, indices, weights, loads, side, aim, rebalance_moves)
+            rebalance_sides(indptr, indices, weights, loads, side, caps2, rebalance_moves, aim)
         fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
         if fm and exchange:
             fm_refine_mc(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2), max(50, n // 20), bias)
@@ -553,7 +571,7 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
         lv = levels[li]
         side = side[lv.coarse_of]
         if rebalance_moves:
-            rebalance(lv.indptr, lv.indices, lv.weights, lv.loads, side, aim, rebalance_moves)
+            rebalance_sides(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, rebalance_moves, aim)
         if exchange:
             fm_refine_mc(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20),
                          biases[li])
