@@ -169,8 +169,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
                                    rebalance_moves=settings.rebalance_moves,
-                                   rebalance_tolerance=settings.rebalance_tolerance,
-                                   spread_slack=settings.spread_slack, exchange=settings.exchange_fm)
+                                   rebalance_tolerance=settings.rebalance_tolerance)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -224,7 +223,8 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
         if topology_aware and settings.vertex_swap_rounds > 0 and settings.eject_scan > 0:
             refine_with_exchanges(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill,
                                   slot_caps, dist, rng, settings.vertex_swap_rounds, settings.refine_passes,
-                                  settings.vertex_swap_min_gain, settings.eject_scan)
+                                  settings.vertex_swap_min_gain, settings.eject_scan,
+                                  settings.debug)
         elif topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
                               dist, rng, settings.vertex_swap_rounds, settings.refine_passes, settings.debug,

@@ -128,3 +128,19 @@ def test_restarts_keep_the_best_run_and_are_deterministic():
     assert (a.core_xy == best.core_xy).all()
     ev = objectives.evaluate(topo, a.core_xy, 3, 3, 3, 3, 1.0, (90, None))
     assert np.isclose(ev["traffic"], a.summary["traffic_estimate"])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_heavy_and_light_neurons_with_both_capacities_binding(seed):
+    # lenet-like: a third of the neurons hold 30 synapses, the rest 0-2, and the synapse
+    # memory is 8% above the mean need, so heavy neurons must spread and mix with light ones
+    rng = np.random.default_rng(seed)
+    topo = conv_like_graph(int(rng.integers(700, 1000)), 3)
+    n = topo.num_vertices
+    topo.synapses = np.where(rng.random(n) < 0.33, 30, rng.integers(0, 3, n)).astype(np.int64)
+    cores = 16
+    target = _target(4, 4, int(np.ceil(n / cores / 0.96)), int(np.ceil(topo.synapses.sum() / cores * 1.08)))
+    m = map_topology(topo, target, replace(FAST, debug=True), seed=seed, progress=False)
+    _check(topo, target, m)
+    again = map_topology(topo, target, replace(FAST, debug=True), seed=seed, progress=False)
+    assert (again.core_xy == m.core_xy).all()

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from corefold.mapping.partition.refine import (
+    ObjectiveMismatch,
     best_moves,
     boundary_vertices,
     move_delta,
@@ -90,7 +91,7 @@ def _eject(indptr, indices, weights, loads, part, fill, caps, dist, cand, target
     return gain, changes
 
 
-def eject_pass(indptr, indices, weights, loads, part, fill, caps, dist, scan: int = 512) -> tuple[float, int]:
+def eject_pass(indptr, indices, weights, loads, part, fill, caps, dist, scan: int = 128) -> tuple[float, int]:
     """Improving moves into full cores, each paired with the cheapest eviction back.
 
     Every boundary vertex's best move (ignoring capacity) with a negative delta is tried,
@@ -122,20 +123,31 @@ def eject_pass(indptr, indices, weights, loads, part, fill, caps, dist, scan: in
 
 
 def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.random.Generator,
-                          rounds: int = 8, move_passes: int = 3, min_gain: float = 0.0, scan: int = 512) -> float:
-    """Rounds of (move refinement, pairwise swaps, eject pass) until a round gains less than
-    ``min_gain`` of the objective (at most ``rounds``). ``part``/``fill`` updated in place,
-    never over ``caps``. Returns the total decrease of sum w * D.
+                          rounds: int = 8, move_passes: int = 3, min_gain: float = 0.0, scan: int = 128,
+                          debug: bool = False) -> float:
+    """Rounds of (move refinement, pairwise swaps, :func:`eject_pass`) until a round gains
+    less than ``min_gain`` of the objective (at most ``rounds``).
+
+    ``part``/``fill`` updated in place, never over ``caps``. Returns the total decrease of
+    sum w * D. O(rounds * (move passes + swap pass + eject pass)).
+
+    Raises:
+        ObjectiveMismatch: debug only, if a round's tracked gain disagrees with recomputation.
     """
     from corefold.mapping.objectives import _edge_costs
 
     total = 0.0
     cost = _edge_costs(indptr, indices, weights, part, dist)[1]
     for _ in range(rounds):
-        g = refine(indptr, indices, weights, loads, part, fill, caps, dist, rng, move_passes)
+        g = refine(indptr, indices, weights, loads, part, fill, caps, dist, rng, move_passes, debug)
         g += swap_pass(indptr, indices, weights, loads, part, fill, caps, dist)[0]
         g += eject_pass(indptr, indices, weights, loads, part, fill, caps, dist, scan)[0]
         total += g
+        if debug:
+            after = _edge_costs(indptr, indices, weights, part, dist)[1]
+            if not np.isclose(cost - after, g, rtol=1e-9, atol=1e-6):
+                raise ObjectiveMismatch(f"objective function mismatch: exchanges gained {g}, "
+                                        f"recomputed {cost - after}")
         if g <= 1e-12 or g < min_gain * cost:
             break
         cost -= g

@@ -25,12 +25,6 @@ from numba import njit
 from corefold.mapping.partition.refine import refine
 
 
-def fm_refine_mc(*args):
-    from corefold.mapping.partition.multiconstraint import fm_refine_mc as f
-
-    return f(*args)
-
-
 def rebalance_sides(indptr, indices, weights, loads, side, caps2, max_moves, aim: np.ndarray | None = None) -> int:
     """:func:`rebalance` to ``caps2``, or first towards ``aim`` (:func:`balance_caps`).
 
@@ -397,28 +391,7 @@ def balance_caps(total: np.ndarray, caps2: np.ndarray, tolerance: float | None) 
     if tolerance is None or binding.sum() < 2:
         return caps2
     share = caps2 / np.maximum(caps2.sum(axis=0), 1)
-    aim = np.ceil(share * total[None, :] * (1.0 + tolerance)).astype(np.int64)
-    return np.where(binding[None, :], np.minimum(aim, caps2), caps2)
-
-
-def spread_caps(total: np.ndarray, caps2: np.ndarray, depth: int) -> np.ndarray:
-    """Capacities for one bisection that leave slack for the ``depth`` levels below it.
-
-    The node's slack in dimension d, ``caps2.sum(0)[d] / total[d]``, is spread evenly over
-    the levels (a factor ``slack ** (1 / depth)`` each, as METIS spreads its imbalance
-    tolerance over recursive bisection): a side may hold its share of ``total`` times that
-    factor, never more than ``caps2``. Without this the top bisection's FM fills one side
-    to its capacity and every bisection below it has no room (on lenet-tight a side at 99%
-    of its neurons, then cuts of 23k inside it). Only dimensions where capacity is
-    meaningful (total above a tenth of it) are limited. O(dims).
-    """
-    caps_sum = caps2.sum(axis=0)
-    binding = total * 10 >= caps_sum
-    if depth <= 1 or not binding.any():
-        return caps2
-    share = caps2 / np.maximum(caps_sum, 1)
-    factor = (caps_sum / np.maximum(total, 1)) ** (1.0 / depth)
-    aim = np.ceil(share * total[None, :] * factor[None, :]).astype(np.int64)
+    aim = np.ceil(share * total[None, :] * (1.0 + tolerance) - 1e-9).astype(np.int64)
     return np.where(binding[None, :], np.minimum(aim, caps2), caps2)
 
 
@@ -437,7 +410,7 @@ def lower_bounds(total: np.ndarray, caps2: np.ndarray, tolerance: float = 0.03) 
 def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Generator,
            restarts: int = 4, refine_passes: int = 2, fm: bool = True,
            bias: np.ndarray | None = None, rebalance_moves: int = 0,
-           rebalance_tolerance: float | None = None, exchange: bool = False) -> np.ndarray:
+           rebalance_tolerance: float | None = None) -> np.ndarray:
     """Split a graph into sides 0/1 holding loads in proportion to ``caps2`` (2, dims).
 
     Each restart grows side 0 from a random vertex to its share of the total load, then
@@ -465,10 +438,7 @@ def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Ge
         if rebalance_moves:
             rebalance_sides(indptr, indices, weights, loads, side, caps2, rebalance_moves, aim)
         fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
-        if fm and exchange:
-            fm_refine_mc(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2), max(50, n // 20), bias)
-            fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
-        elif fm:
+        if fm:
             c = fm_refine(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2),
                           max(50, n // 20), bias)
             fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
@@ -540,7 +510,7 @@ def external_bias(indptr, indices, weights, verts, local, center, c0, c1):
 def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: np.ndarray,
                       rng: np.random.Generator, restarts: int = 4, repeats: int = 4,
                       min_shrink: float = 0.2, coarsest: int = 128, rebalance_moves: int = 0,
-                      rebalance_tolerance: float | None = None, exchange: bool = False) -> np.ndarray:
+                      rebalance_tolerance: float | None = None) -> np.ndarray:
     """The seed's phases applied to one bisection: coarsen, grow, uncoarsen with FM.
 
     Coarsening merges vertices up to 1/``coarsest`` of the total load and stops near
@@ -564,7 +534,7 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
         biases.append(np.bincount(lv.coarse_of, weights=biases[-1], minlength=int(lv.coarse_of.max()) + 1))
     top = levels[-1]
     side = bisect(top.indptr, top.indices, top.weights, top.loads, caps2, rng, restarts, bias=biases[-1],
-                  rebalance_moves=rebalance_moves, rebalance_tolerance=rebalance_tolerance, exchange=exchange)
+                  rebalance_moves=rebalance_moves, rebalance_tolerance=rebalance_tolerance)
     lower2 = lower_bounds(total, caps2)
     aim = balance_caps(total, caps2, rebalance_tolerance)
     for li in range(len(levels) - 2, -1, -1):
@@ -572,12 +542,7 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
         side = side[lv.coarse_of]
         if rebalance_moves:
             rebalance_sides(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, rebalance_moves, aim)
-        if exchange:
-            fm_refine_mc(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20),
-                         biases[li])
-        else:
-            fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20),
-                      biases[li])
+        fm_refine(lv.indptr, lv.indices, lv.weights, lv.loads, side, caps2, lower2, max(50, lv.n // 20), biases[li])
     return side
 
 
@@ -593,8 +558,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                         slot_xy: np.ndarray | None = None, multilevel: bool = False,
                         repeats: int = 4, min_shrink: float = 0.2, progress=None,
                         bias_scale: float = 1.0, top_tries: int = 1, rebalance_moves: int = 0,
-                        rebalance_tolerance: float | None = None, spread_slack: bool = False,
-                        exchange: bool = False) -> np.ndarray:
+                        rebalance_tolerance: float | None = None) -> np.ndarray:
     """Assign every vertex to a slot by recursive bisection, breadth-first.
 
     Args:
@@ -609,9 +573,6 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         rebalance_moves: cap on :func:`rebalance` moves per call (0 = off).
         rebalance_tolerance: rebalance each side to its share of the load times (1 + this)
             (None: to its capacity); see :func:`balance_caps`.
-        spread_slack: each bisection keeps slack for the levels below it (:func:`spread_caps`).
-        exchange: refine with :func:`~corefold.mapping.partition.multiconstraint.fm_refine_mc`
-            (moves through slightly infeasible states) instead of :func:`fm_refine`.
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
@@ -639,8 +600,6 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         else:
             bias = np.zeros(verts.size)
         caps2 = np.stack([slot_caps[s0].sum(axis=0), slot_caps[s1].sum(axis=0)])
-        if spread_slack:
-            caps2 = spread_caps(loads[verts].sum(axis=0), caps2, int(np.ceil(np.log2(slots.size))))
         if verts.size == n:
             sptr, sidx, sw = indptr, indices, weights
         else:
@@ -653,13 +612,13 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             for _ in range(tries):
                 cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, rng, restarts, repeats, min_shrink,
                                          rebalance_moves=rebalance_moves,
-                                         rebalance_tolerance=rebalance_tolerance, exchange=exchange)
+                                         rebalance_tolerance=rebalance_tolerance)
                 cost = _bisection_cost(sptr, sidx, sw, cand, bias)
                 if best is None or cost < best:
                     side, best = cand, cost
         else:
             side = bisect(sptr, sidx, sw, loads[verts], caps2, rng, restarts, bias=bias, rebalance_moves=rebalance_moves,
-                          rebalance_tolerance=rebalance_tolerance, exchange=exchange)
+                          rebalance_tolerance=rebalance_tolerance)
         del sptr, sidx, sw
         if slot_xy is not None:
             center[verts[side == 0]] = c0
