@@ -92,7 +92,7 @@ class MapSettings:
     vertex_swap_min_gain: float = 0.005
     rebalance_moves: int = 2000
     rebalance_tolerance: float | None = 0.0
-    eject_scan: int = 128
+    eject_scan: int = 64
     max_restarts: int = 4
     restart_work: int = 20_000
     restart_anneal_share: float = 0.3
