@@ -59,6 +59,12 @@ class MapSettings:
             less than ``vertex_swap_min_gain`` of the traffic (0 = moves only).
         rebalance_moves: at most this many overflow-lowering moves per bisection level
             when a side is over a capacity (two binding capacities; 0 = off).
+        rebalance_tolerance: when two capacities bind, rebalance every bisection level
+            towards each side's share of both loads times (1 + this), not just below its
+            capacities (``initial.balance_caps``; None = to the capacities).
+        eject_scan: the final refinement also pairs each improving move into a full core
+            with the cheapest eviction back among this many members of that core
+            (``exchange.eject_pass``; 0 = off).
         max_restarts, restart_work: graphs with few vertices are mapped
             ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
             given seed, and the mapping with the least hop-weighted traffic is kept. The
