@@ -24,27 +24,6 @@ from numba import njit
 
 from corefold.mapping.partition.refine import refine
 
-
-def rebalance_sides(indptr, indices, weights, loads, side, caps2, max_moves, aim: np.ndarray | None = None) -> int:
-    """:func:`rebalance` to ``caps2``, or first towards ``aim`` (:func:`balance_caps`).
-
-    Towards an ``aim`` below the capacities, single moves come from a heap
-    (:func:`~.multiconstraint.rebalance_heap`, O((n + m) log n)), then again towards
-    ``caps2`` if a side is still over it; the full scan with move pairs (O(moves * n))
-    only finishes what single moves cannot.
-    """
-    if aim is None or np.array_equal(aim, caps2):
-        return rebalance(indptr, indices, weights, loads, side, caps2, max_moves)
-    from corefold.mapping.partition.multiconstraint import rebalance_heap
-
-    moves, left = rebalance_heap(indptr, indices, weights, loads, side, aim, max_moves)
-    if left > 0.0 and moves < max_moves:
-        more, left = rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves - moves)
-        moves += more
-    if left > 0.0 and moves < max_moves:
-        moves += rebalance(indptr, indices, weights, loads, side, caps2, max_moves - moves)
-    return moves
-
 CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
 
 
@@ -397,6 +376,27 @@ def balance_caps(total: np.ndarray, caps2: np.ndarray, tolerance: float | None) 
     share = caps2 / np.maximum(caps2.sum(axis=0), 1)
     aim = np.ceil(share * total[None, :] * (1.0 + tolerance) - 1e-9).astype(np.int64)
     return np.where(binding[None, :], np.minimum(aim, caps2), caps2)
+
+
+def rebalance_sides(indptr, indices, weights, loads, side, caps2, max_moves, aim: np.ndarray | None = None) -> int:
+    """:func:`rebalance` to ``caps2``, or first towards ``aim`` (:func:`balance_caps`).
+
+    Towards an ``aim`` below the capacities, single moves come from a heap
+    (:func:`~.multiconstraint.rebalance_heap`, O((n + m) log n)), then again towards
+    ``caps2`` if a side is still over it; the full scan with move pairs (O(moves * n))
+    only finishes what single moves cannot.
+    """
+    if aim is None or np.array_equal(aim, caps2):
+        return rebalance(indptr, indices, weights, loads, side, caps2, max_moves)
+    from corefold.mapping.partition.multiconstraint import rebalance_heap
+
+    moves, left = rebalance_heap(indptr, indices, weights, loads, side, aim, max_moves)
+    if left > 0.0 and moves < max_moves:
+        more, left = rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves - moves)
+        moves += more
+    if left > 0.0 and moves < max_moves:
+        moves += rebalance(indptr, indices, weights, loads, side, caps2, max_moves - moves)
+    return moves
 
 
 def lower_bounds(total: np.ndarray, caps2: np.ndarray, tolerance: float = 0.03) -> np.ndarray:
