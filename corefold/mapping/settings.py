@@ -122,7 +122,8 @@ class MapSettings:
                        swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
                        anneal_max_work=1e9)
         if name == "seed":
-            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0)
+            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0,
+                       rebalance_tolerance=None)
         raise ValueError(f"unknown mapper preset {name!r} (known: {', '.join(PRESETS)})")
 
     def with_debug(self, debug: bool = True) -> "MapSettings":
