@@ -65,6 +65,10 @@ class MapSettings:
         eject_scan: the final refinement also pairs each improving move into a full core
             with the cheapest eviction back among this many members of that core
             (``exchange.eject_pass``; 0 = off).
+        vertex_anneal_steps, vertex_anneal_max_steps: graphs under ``restart_work``
+            vertices get, after the restarts, a simulated annealing of single vertices
+            between the chosen cores (moves and swaps, capacities hard) of this many
+            proposals per vertex, at most ``vertex_anneal_max_steps`` (0 = off).
         max_restarts, restart_work: graphs with few vertices are mapped
             ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
             given seed, and the mapping with the least hop-weighted traffic is kept. The
@@ -99,6 +103,8 @@ class MapSettings:
     rebalance_moves: int = 2000
     rebalance_tolerance: float | None = 0.0
     eject_scan: int = 64
+    vertex_anneal_steps: int = 50
+    vertex_anneal_max_steps: int = 2_000_000
     max_restarts: int = 4
     restart_work: int = 20_000
     restart_anneal_share: float = 0.3
