@@ -27,7 +27,9 @@ import numpy as np
 
 from corefold.errors import CapacityError, TargetError
 from corefold.mapping import objectives
+from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.partition.coarsen import coarsen, finest_level
+from corefold.mapping.partition.exchange import refine_with_exchanges
 from corefold.mapping.partition.initial import halves, recursive_bisection
 from corefold.mapping.partition.refine import refine, refine_with_swaps, repair_capacity
 from corefold.mapping.place.force import improve_placement
@@ -88,7 +90,11 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     t0 = time.perf_counter()
     runs = restarts_for(topo, settings)
     if runs <= 1:
-        return _map_once(topo, target, settings, np.random.default_rng(seed), show)
+        rng = np.random.default_rng(seed)
+        m = _map_once(topo, target, settings, rng, show)
+        _anneal_small(topo, target, settings, m, rng)
+        m.summary["seconds"] = time.perf_counter() - t0
+        return m
     seeds = np.random.default_rng(seed).integers(0, 2**31, runs)
     # NOTE: the runs share ``restart_anneal_share`` of one run's annealing budget (measured
     # on lenet: a tenth of it anneals the 36 groups as well as all of it).
@@ -107,9 +113,38 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
         results = [run(r) for r in range(runs)]
     best = min(((m.summary["traffic_estimate"], r), m) for r, m in enumerate(results))
     m = best[1]
+    _anneal_small(topo, target, settings, m, np.random.default_rng(int(seeds[best[0][1]])))
     m.summary["restarts"] = runs
     m.summary["seconds"] = time.perf_counter() - t0
     return m
+
+
+def _anneal_small(topo: Topology, target, settings: MapSettings, m: Mapping, rng: np.random.Generator) -> None:
+    """Graphs under ``restart_work`` vertices: anneal single vertices between the chosen
+    cores (:func:`~.partition.anneal.anneal_vertices`, ``vertex_anneal_steps`` per vertex),
+    then one more round of moves, swaps and ejections; ``m`` is updated in place.
+    O(steps * mean degree)."""
+    n = topo.num_vertices
+    if n == 0 or n >= settings.restart_work or settings.vertex_anneal_steps <= 0 or settings.strategy != "topology":
+        return
+    t = time.perf_counter()
+    cores, part = np.unique(m.core_xy, axis=0, return_inverse=True)
+    part = part.reshape(-1).astype(np.int64)
+    k = cores.shape[0]
+    loads = objectives.loads_of(topo)
+    caps = np.repeat(core_capacities(target)[None, :], k, axis=0)
+    fill = objectives.part_fill(loads, part, k)
+    dist = objectives.hop_distance_matrix(cores, target.mesh_width, target.mesh_height, target.interchip_hop_cost)
+    level = finest_level(topo, loads)
+    args = (level.indptr, level.indices, level.weights, loads, part, fill, caps, dist)
+    anneal_vertices(*args, min(settings.vertex_anneal_steps * n, settings.vertex_anneal_max_steps),
+                    int(rng.integers(2**31)))
+    refine_with_exchanges(*args, rng, settings.vertex_swap_rounds, settings.refine_passes,
+                          settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
+    m.core_xy = cores[part].astype(np.int64)
+    m.summary["traffic_estimate"] = float(objectives._edge_costs(level.indptr, level.indices, level.weights, part,
+                                                                 dist)[1])
+    m.summary.setdefault("time", {})["anneal_vertices"] = time.perf_counter() - t
 
 
 def restarts_for(topo: Topology, settings: MapSettings) -> int:
@@ -176,7 +211,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
                                    rebalance_moves=settings.rebalance_moves, threads=settings.worker_threads(),
-                                   two_hop=settings.two_hop_matching)
+                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance)
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -227,7 +262,12 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
                           anneal, settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
         dist = dist_all[np.ix_(pos, pos)]
-        if topology_aware and settings.vertex_swap_rounds > 0:
+        if topology_aware and settings.vertex_swap_rounds > 0 and settings.eject_scan > 0:
+            refine_with_exchanges(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill,
+                                  slot_caps, dist, rng, settings.vertex_swap_rounds, settings.refine_passes,
+                                  settings.vertex_swap_min_gain, settings.eject_scan,
+                                  settings.debug)
+        elif topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
                               dist, rng, settings.vertex_swap_rounds, settings.refine_passes, settings.debug,
                               settings.vertex_swap_min_gain)

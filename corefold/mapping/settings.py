@@ -64,6 +64,16 @@ class MapSettings:
             less than ``vertex_swap_min_gain`` of the traffic (0 = moves only).
         rebalance_moves: at most this many overflow-lowering moves per bisection level
             when a side is over a capacity (two binding capacities; 0 = off).
+        rebalance_tolerance: when two capacities bind, rebalance every bisection level
+            towards each side's share of both loads times (1 + this), not just below its
+            capacities (``initial.balance_caps``; None = to the capacities).
+        eject_scan: the final refinement also pairs each improving move into a full core
+            with the cheapest eviction back among this many members of that core
+            (``exchange.eject_pass``; 0 = off).
+        vertex_anneal_steps, vertex_anneal_max_steps: graphs under ``restart_work``
+            vertices get, after the restarts, a simulated annealing of single vertices
+            between the chosen cores (moves and swaps, capacities hard) of this many
+            proposals per vertex, at most ``vertex_anneal_max_steps`` (0 = off).
         max_restarts, restart_work: graphs with few vertices are mapped
             ``min(max_restarts, restart_work // vertices)`` times with seeds drawn from the
             given seed, and the mapping with the least hop-weighted traffic is kept. The
@@ -100,6 +110,10 @@ class MapSettings:
     vertex_swap_rounds: int = 8
     vertex_swap_min_gain: float = 0.005
     rebalance_moves: int = 2000
+    rebalance_tolerance: float | None = 0.0
+    eject_scan: int = 64
+    vertex_anneal_steps: int = 50
+    vertex_anneal_max_steps: int = 2_000_000
     max_restarts: int = 4
     restart_work: int = 20_000
     restart_anneal_share: float = 0.3
@@ -124,7 +138,8 @@ class MapSettings:
                        swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
                        anneal_max_work=1e9)
         if name == "seed":
-            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0)
+            return cls(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0,
+                       rebalance_tolerance=None)
         raise ValueError(f"unknown mapper preset {name!r} (known: {', '.join(PRESETS)})")
 
     def worker_threads(self) -> int:
