@@ -79,18 +79,27 @@ def _anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, st
         return 0.0, part.copy()
     t0 = total / tried
     t1 = t0 / 500.0
+    cool = (t1 / t0) ** (1.0 / max(steps, 1))
+    temp = t0
     cur = 0.0
     best = 0.0
-    best_part = part.copy()
-    for step in range(steps):
+    # NOTE: an undo log of the moves since the best mapping seen, not a copy of the whole
+    # mapping at every new best (n per improvement early on)
+    log_v = np.empty(2 * steps, np.int64)
+    log_p = np.empty(2 * steps, np.int64)
+    nlog = 0
+    for _ in range(steps):
+        temp *= cool
         a, t, b, d = _propose(indptr, indices, weights, loads, part, fill, caps, dist, members, size)
         if a < 0:
             continue
-        temp = t0 * (t1 / t0) ** (step / steps)
         if d > 0.0 and np.random.random() >= np.exp(-d / temp):
             continue
         i = part[a]
         part[a] = t
+        log_v[nlog] = a
+        log_p[nlog] = i
+        nlog += 1
         for dd in range(dims):
             fill[i, dd] -= loads[a, dd]
             fill[t, dd] += loads[a, dd]
@@ -104,6 +113,9 @@ def _anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, st
             size[t] += 1
         else:
             part[b] = i
+            log_v[nlog] = b
+            log_p[nlog] = t
+            nlog += 1
             for dd in range(dims):
                 fill[t, dd] -= loads[b, dd]
                 fill[i, dd] += loads[b, dd]
@@ -116,7 +128,10 @@ def _anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, st
         cur += d
         if cur < best - 1e-9:
             best = cur
-            best_part[:] = part
+            nlog = 0
+    best_part = part.copy()
+    for j in range(nlog - 1, -1, -1):
+        best_part[log_v[j]] = log_p[j]
     return -best, best_part
 
 

@@ -186,7 +186,13 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
         cur = cut
         while size > 0 and since < stall:
             key, v, size = _heap_pop(hk, hv, size)
-            if locked[v] or -key != gain[v]:
+            if locked[v]:
+                continue
+            if -key != gain[v]:
+                # NOTE: gains that fall are not pushed when they fall (half the pushes);
+                # the stale, too-high entry comes out early and goes back at the true gain
+                if -key > gain[v] and size < cap:
+                    size = _heap_push(hk, hv, size, -gain[v], v)
                 continue
             s = side[v]
             t = 1 - s
@@ -214,8 +220,8 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
                 else:
                     gain[u] += 2.0 * weights[e]
                     ext[u] += weights[e]
-                if not locked[u] and size < cap:
-                    size = _heap_push(hk, hv, size, -gain[u], u)
+                    if not locked[u] and size < cap:
+                        size = _heap_push(hk, hv, size, -gain[u], u)
             if cur < best_cut - 1e-9:
                 best_cut = cur
                 best_len = nmoved
