@@ -138,7 +138,7 @@ def _anneal_small(topo: Topology, target, settings: MapSettings, m: Mapping, rng
     level = finest_level(topo, loads)
     args = (level.indptr, level.indices, level.weights, loads, part, fill, caps, dist)
     anneal_vertices(*args, min(settings.vertex_anneal_steps * n, settings.vertex_anneal_max_steps),
-                    int(rng.integers(2**31)))
+                    int(rng.integers(2**31)), settings.anneal_chains, settings.worker_threads())
     refine_with_exchanges(*args, rng, settings.vertex_swap_rounds, settings.refine_passes,
                           settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
     m.core_xy = cores[part].astype(np.int64)

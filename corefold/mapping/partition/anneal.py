@@ -135,14 +135,17 @@ def _anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, st
     return -best, best_part
 
 
-def anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, steps: int, seed: int) -> float:
+def anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, steps: int, seed: int,
+                    chains: int = 1, threads: int = 1) -> float:
     """Anneal the vertices' cores (see the module docstring); keeps the best mapping seen.
 
     Args:
         part, fill: the mapping, updated in place (fill[q] = loads summed over part q).
         caps: (k, dims) capacities, never exceeded.
         dist: (k, k) hop distances between the parts' cores.
-        steps: proposals to make.
+        steps: proposals to make, shared by ``chains`` independent chains from the same
+            mapping (seeds ``seed + i``; the best end is kept), run on up to ``threads``
+            threads with the same result on any number.
         seed: the annealing's random seed.
 
     Returns:
@@ -154,9 +157,22 @@ def anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, ste
         return 0.0
     smallest = int(loads[:, 0].min())
     maxc = n if smallest <= 0 else min(n, int(caps[:, 0].max()) // smallest + 1)
-    gain, best = _anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, int(steps), maxc, seed)
-    # NOTE: the kernel works on part/fill in place; the best mapping seen (the input if
-    # nothing beat it) is restored
+    chains = max(1, chains)
+    per = max(1, int(steps) // chains)
+
+    def chain(i: int):
+        # NOTE: Numba's np.random state is per thread, and each chain seeds it first
+        return _anneal_vertices(indptr, indices, weights, loads, part.copy(), fill.copy(), caps, dist, per, maxc,
+                                seed + i)
+
+    if threads > 1 and chains > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(threads, chains)) as pool:
+            ends = list(pool.map(chain, range(chains)))
+    else:
+        ends = [chain(i) for i in range(chains)]
+    gain, best = max(ends, key=lambda end: end[0])  # first of equal ends: independent of scheduling
     part[:] = best
     for d in range(loads.shape[1]):
         fill[:, d] = np.bincount(part, weights=loads[:, d], minlength=k).astype(np.int64)

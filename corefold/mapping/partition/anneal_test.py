@@ -43,3 +43,17 @@ def test_annealing_is_deterministic_and_never_worse():
     p, f = part.copy(), fill.copy()
     assert anneal_vertices(topo.indptr, topo.indices, topo.weights, loads, p, f, caps, dist, 0, 7) == 0.0
     assert (p == part).all() and (f == fill).all()
+
+
+def test_annealing_chains_give_the_same_mapping_on_any_number_of_threads():
+    topo, loads, part, fill, caps, dist = _setup(4)
+    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    ends = []
+    for threads in (1, 2):
+        p, f = part.copy(), fill.copy()
+        gain = anneal_vertices(topo.indptr, topo.indices, topo.weights, loads, p, f, caps, dist, 30_000, 3,
+                               chains=2, threads=threads)
+        assert np.isclose(before - _edge_costs(topo.indptr, topo.indices, topo.weights, p, dist)[1], gain)
+        assert (f == part_fill(loads, p, 9)).all() and (f <= caps).all()
+        ends.append(p)
+    assert (ends[0] == ends[1]).all()
