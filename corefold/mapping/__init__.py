@@ -2,6 +2,6 @@
 
 ``mapping`` sees a plain weighted graph (:class:`~corefold.mapping.topology.Topology`),
 never the ONNX IR. Phases, in data-flow order: ``topology`` (formats, generators) ->
-``partition`` (coarsen, initial, refine) -> ``place`` (initial, force); every objective is
+``partition`` (coarsen, initial, refine, exchange, anneal) -> ``place`` (initial, force); every objective is
 in ``objectives``.
 """

@@ -1,1 +1,3 @@
-"""Partitioning phases in data-flow order: ``coarsen`` -> ``initial`` -> ``refine``."""
+"""Partitioning phases in data-flow order: ``coarsen`` -> ``initial`` (recursive bisection;
+``multiconstraint`` rebalances when two capacities bind) -> ``refine`` (moves, swaps,
+repair) -> ``exchange`` (ejections) -> ``anneal`` (single vertices, small graphs)."""
