@@ -31,7 +31,7 @@ from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.partition.coarsen import coarsen, finest_level
 from corefold.mapping.partition.exchange import refine_with_exchanges
 from corefold.mapping.partition.initial import halves, recursive_bisection
-from corefold.mapping.partition.refine import refine, refine_with_swaps, repair_capacity
+from corefold.mapping.partition.refine import refine, repair_capacity
 from corefold.mapping.place.force import improve_placement
 from corefold.mapping.place.initial import choose_region, place_groups, region_split
 from corefold.mapping.settings import MapSettings
@@ -262,15 +262,10 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
                           anneal, settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
         dist = dist_all[np.ix_(pos, pos)]
-        if topology_aware and settings.vertex_swap_rounds > 0 and settings.eject_scan > 0:
+        if topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_exchanges(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill,
                                   slot_caps, dist, rng, settings.vertex_swap_rounds, settings.refine_passes,
-                                  settings.vertex_swap_min_gain, settings.eject_scan,
-                                  settings.debug)
-        elif topology_aware and settings.vertex_swap_rounds > 0:
-            refine_with_swaps(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps,
-                              dist, rng, settings.vertex_swap_rounds, settings.refine_passes, settings.debug,
-                              settings.vertex_swap_min_gain)
+                                  settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
         elif topology_aware or settings.swap_passes > 0:
             refine(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill, slot_caps, dist,
                    rng, settings.refine_passes, settings.debug)

@@ -23,6 +23,7 @@ from numba import njit
 from corefold.mapping.partition.refine import (
     ObjectiveMismatch,
     best_moves,
+    boundary_around,
     boundary_vertices,
     move_delta,
     refine,
@@ -126,8 +127,10 @@ def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dis
                           rounds: int = 8, move_passes: int = 3, min_gain: float = 0.0, scan: int = 128,
                           debug: bool = False) -> float:
     """Rounds of (move refinement, pairwise swaps, :func:`eject_pass`) until a round gains
-    less than ``min_gain`` of the objective (at most ``rounds``); the eject pass is dropped
-    from later rounds once it gains less than twice that itself.
+    less than ``min_gain`` of the objective (at most ``rounds``); the eject pass (none when
+    ``scan`` is 0) is dropped from later rounds once it gains less than twice that itself.
+    A round's moves start from the boundary around what the previous round changed
+    (:func:`~.refine.boundary_around`; the first round from every boundary vertex).
 
     ``part``/``fill`` updated in place, never over ``caps``. Returns the total decrease of
     sum w * D. O(rounds * (move passes + swap pass + eject pass)).
@@ -139,9 +142,11 @@ def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dis
 
     total = 0.0
     cost = _edge_costs(indptr, indices, weights, part, dist)[1]
-    eject = True
+    eject = scan > 0
+    active = None
     for _ in range(rounds):
-        g = refine(indptr, indices, weights, loads, part, fill, caps, dist, rng, move_passes, debug)
+        start = part.copy()
+        g = refine(indptr, indices, weights, loads, part, fill, caps, dist, rng, move_passes, debug, active)
         g += swap_pass(indptr, indices, weights, loads, part, fill, caps, dist)[0]
         if eject:
             ge = eject_pass(indptr, indices, weights, loads, part, fill, caps, dist, scan)[0]
@@ -150,6 +155,9 @@ def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dis
             # run again (its late passes gained 0.3% on vgg-small for 0.7 s each)
             eject = ge >= 2.0 * min_gain * cost
             g += ge
+        # NOTE: swaps and ejections barely change the fills, so a move far from what
+        # changed rarely becomes possible
+        active = boundary_around(indptr, indices, part, np.flatnonzero(part != start))
         total += g
         if debug:
             after = _edge_costs(indptr, indices, weights, part, dist)[1]

@@ -62,7 +62,8 @@ def test_repair_empties_overfull_parts():
 
 
 def test_swaps_gain_exactly_in_full_parts():
-    from corefold.mapping.partition.refine import refine_with_swaps, swap_pass
+    from corefold.mapping.partition.exchange import refine_with_exchanges
+    from corefold.mapping.partition.refine import swap_pass
 
     topo, loads, part = _setup(3, k=8, n=480)
     k = 8
@@ -76,8 +77,8 @@ def test_swaps_gain_exactly_in_full_parts():
     after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     assert swaps > 0 and gain > 0 and np.isclose(before - after, gain)
     assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
-    total = refine_with_swaps(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
-                              np.random.default_rng(0), rounds=4, debug=True)
+    total = refine_with_exchanges(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
+                                  np.random.default_rng(0), rounds=4, scan=0, debug=True)
     final = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     assert total > 0 and np.isclose(after - final, total)
     assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
