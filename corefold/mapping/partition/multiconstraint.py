@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from corefold.mapping.partition.initial import _heap_pop, _heap_push, side_fill
+from corefold.mapping.partition.initial import _flip, _heap_pop, _heap_push, side_fill
 
 
 @njit(cache=True, nogil=True)
@@ -111,23 +111,16 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
             fill[s, d] -= loads[v, d]
             fill[t, d] += loads[v, d]
         new_over = _overflow(fill, caps2, scale)
+        for d in range(dims):
+            fill[s, d] += loads[v, d]
+            fill[t, d] -= loads[v, d]
         if new_over >= over - 1e-15:
-            for d in range(dims):
-                fill[s, d] += loads[v, d]
-                fill[t, d] -= loads[v, d]
             is_deferred[v] = True
             deferred[ndef] = v
             ndef += 1
             continue
         over = new_over
-        side[v] = t
-        gain[v] = -gain[v]
-        for e in range(indptr[v], indptr[v + 1]):
-            u = indices[e]
-            if side[u] == t:
-                gain[u] -= 2.0 * weights[e]
-            else:
-                gain[u] += 2.0 * weights[e]
+        _flip(indptr, indices, weights, loads, side, fill, gain, v)
         if size + indptr[v + 1] - indptr[v] + 1 > cap:
             size = 0
             for u in range(n):
