@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from corefold.mapping.partition.refine import refine
+from corefold.mapping.partition.refine import _part_overflow, refine
 
 CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
 
@@ -255,12 +255,33 @@ def fm_refine(indptr, indices, weights, loads, side, caps2, lower2, stall, bias,
 
 
 @njit(cache=True, nogil=True)
-def _side_overflow(fill, caps2, s, scale):
-    o = 0.0
-    for d in range(fill.shape[1]):
-        if fill[s, d] > caps2[s, d]:
-            o += (fill[s, d] - caps2[s, d]) * scale[d]
-    return o
+def _overflow2(fill, caps2, scale):
+    """Total overflow sum_{s, d} max(0, fill - cap) * scale_d of the two sides of a bisection."""
+    return _part_overflow(fill, caps2, 0, scale) + _part_overflow(fill, caps2, 1, scale)
+
+
+@njit(cache=True, nogil=True)
+def _overflow_scale(caps2):
+    """Per-dimension weight 1 / (both sides' capacity) of :func:`_overflow2`."""
+    dims = caps2.shape[1]
+    scale = np.empty(dims)
+    for d in range(dims):
+        scale[d] = 1.0 / max(caps2[0, d] + caps2[1, d], 1)
+    return scale
+
+
+@njit(cache=True, nogil=True)
+def _flip_gains(indptr, indices, weights, side):
+    """Cut gain of flipping each vertex to the other side: W(other side) - W(own side). O(m)."""
+    n = indptr.shape[0] - 1
+    gain = np.zeros(n)
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            if side[indices[e]] != side[v]:
+                gain[v] += weights[e]
+            else:
+                gain[v] -= weights[e]
+    return gain
 
 
 @njit(cache=True, nogil=True)
@@ -297,7 +318,7 @@ def _best_flip(loads, side, fill, caps2, scale, gain, ref, skip, need_decrease):
         for d in range(dims):
             fill[s, d] -= loads[v, d]
             fill[t, d] += loads[v, d]
-        delta = _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale) - ref
+        delta = _overflow2(fill, caps2, scale) - ref
         for d in range(dims):
             fill[s, d] += loads[v, d]
             fill[t, d] -= loads[v, d]
@@ -327,25 +348,16 @@ def rebalance(indptr, indices, weights, loads, side, caps2, max_moves):
         the number of moves.
     """
     n = indptr.shape[0] - 1
-    dims = loads.shape[1]
     fill = side_fill(side, loads)
-    scale = np.empty(dims)
-    for d in range(dims):
-        scale[d] = 1.0 / max(caps2[0, d] + caps2[1, d], 1)
-    if _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale) == 0.0:
+    scale = _overflow_scale(caps2)
+    if _overflow2(fill, caps2, scale) == 0.0:
         return 0
-    gain = np.zeros(n)
-    for v in range(n):
-        for e in range(indptr[v], indptr[v + 1]):
-            if side[indices[e]] != side[v]:
-                gain[v] += weights[e]
-            else:
-                gain[v] -= weights[e]
+    gain = _flip_gains(indptr, indices, weights, side)
     moves = 0
     # NOTE: each step scans all n vertices; cap the work at about 3e8 vertex visits
     limit = min(max_moves, max(100, 300_000_000 // (n + 1)))
     while moves < limit:
-        before = _side_overflow(fill, caps2, 0, scale) + _side_overflow(fill, caps2, 1, scale)
+        before = _overflow2(fill, caps2, scale)
         if before == 0.0:
             break
         v = _best_flip(loads, side, fill, caps2, scale, gain, before, -1, True)

@@ -14,17 +14,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from corefold.mapping.partition.initial import _flip, _heap_pop, _heap_push, side_fill
-
-
-@njit(cache=True, nogil=True)
-def _overflow(fill, caps2, scale):
-    o = 0.0
-    for s in range(2):
-        for d in range(fill.shape[1]):
-            if fill[s, d] > caps2[s, d]:
-                o += (fill[s, d] - caps2[s, d]) * scale[d]
-    return o
+from corefold.mapping.partition.initial import (
+    _flip,
+    _flip_gains,
+    _heap_pop,
+    _heap_push,
+    _overflow2,
+    _overflow_scale,
+    side_fill,
+)
 
 
 @njit(cache=True, nogil=True)
@@ -58,19 +56,11 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
     n = indptr.shape[0] - 1
     dims = loads.shape[1]
     fill = side_fill(side, loads)
-    scale = np.empty(dims)
-    for d in range(dims):
-        scale[d] = 1.0 / max(caps2[0, d] + caps2[1, d], 1)
-    over = _overflow(fill, caps2, scale)
+    scale = _overflow_scale(caps2)
+    over = _overflow2(fill, caps2, scale)
     if over == 0.0:
         return 0, 0.0
-    gain = np.zeros(n)
-    for v in range(n):
-        for e in range(indptr[v], indptr[v + 1]):
-            if side[indices[e]] != side[v]:
-                gain[v] += weights[e]
-            else:
-                gain[v] -= weights[e]
+    gain = _flip_gains(indptr, indices, weights, side)
     # NOTE: a heap of 4n entries, rebuilt from the current gains when a move would not
     # fit its pushes (a bound of m pushes would allocate O(m) per call, per level).
     cap = 4 * n + 16
@@ -110,7 +100,7 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
         for d in range(dims):
             fill[s, d] -= loads[v, d]
             fill[t, d] += loads[v, d]
-        new_over = _overflow(fill, caps2, scale)
+        new_over = _overflow2(fill, caps2, scale)
         for d in range(dims):
             fill[s, d] += loads[v, d]
             fill[t, d] -= loads[v, d]
