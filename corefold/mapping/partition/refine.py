@@ -148,8 +148,11 @@ def refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order):
 
 
 @njit(cache=True, nogil=True)
-def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand):
-    """For each candidate vertex, its cheapest feasible move (adjacent parts first, else any)."""
+def _cheapest_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand, fitting, any_part):
+    """Each candidate's cheapest move to an adjacent part (one that fits, with ``fitting``);
+    with ``any_part``, a candidate with none gets the cheapest part that fits anywhere
+    (ties to the nearest). Returns (target, cost): target -1 and cost inf when none.
+    O(sum over candidates of deg + a^2), plus O(k a) per fallback."""
     k = dist.shape[0]
     acc = np.zeros(k)
     stamp = np.full(k, -1, np.int64)
@@ -165,7 +168,7 @@ def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, 
             base += acc[touched[a]] * dist[i, touched[a]]
         for b in range(nt):
             t = touched[b]
-            if t == i or not _fits(fill, caps, loads, t, v):
+            if t == i or (fitting and not _fits(fill, caps, loads, t, v)):
                 continue
             c = -base
             for a in range(nt):
@@ -173,7 +176,7 @@ def _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, 
             if c < cost[idx]:
                 cost[idx] = c
                 target[idx] = t
-        if target[idx] < 0:
+        if any_part and target[idx] < 0:
             for t in range(k):
                 if t == i or not _fits(fill, caps, loads, t, v):
                     continue
@@ -300,7 +303,7 @@ def repair_capacity(indptr, indices, weights, loads, part, fill, caps, dist, rou
         is_bad = np.zeros(fill.shape[0], bool)
         is_bad[bad] = True
         cand = np.flatnonzero(is_bad[part]).astype(np.int64)
-        target, cost = _best_relief_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand)
+        target, cost = _cheapest_moves(indptr, indices, weights, loads, part, fill, caps, dist, cand, True, True)
         order = np.argsort(cost, kind="stable")
         if _apply_relief(loads, part, fill, caps, cand[order], target[order]) == 0:
             pool = np.arange(part.shape[0], dtype=np.int64)
@@ -367,7 +370,6 @@ def move_delta(indptr, indices, weights, part, dist, v, t):
     return d
 
 
-@njit(cache=True, nogil=True)
 def best_moves(indptr, indices, weights, part, dist, cand):
     """Each candidate's cheapest move to an adjacent part, ignoring capacity.
 
@@ -375,33 +377,9 @@ def best_moves(indptr, indices, weights, part, dist, cand):
         (target, delta): target -1 (delta 0) when v has no neighbour outside its part.
     O(sum over candidates of deg + a^2).
     """
-    k = dist.shape[0]
-    acc = np.zeros(k)
-    stamp = np.full(k, -1, np.int64)
-    touched = np.empty(k, np.int64)
-    target = np.full(cand.shape[0], -1, np.int64)
-    delta = np.zeros(cand.shape[0])
-    for idx in range(cand.shape[0]):
-        v = cand[idx]
-        i = part[v]
-        nt = _weights_to_parts(indptr, indices, weights, part, v, idx, acc, stamp, touched)
-        base = 0.0
-        for a in range(nt):
-            base += acc[touched[a]] * dist[i, touched[a]]
-        best = np.inf
-        for b in range(nt):
-            t = touched[b]
-            if t == i:
-                continue
-            c = -base
-            for a in range(nt):
-                c += acc[touched[a]] * dist[t, touched[a]]
-            if c < best:
-                best = c
-                target[idx] = t
-        if target[idx] >= 0:
-            delta[idx] = best
-    return target, delta
+    none = np.zeros((1, 1), np.int64)  # no capacity check: loads, fill and caps unused
+    target, cost = _cheapest_moves(indptr, indices, weights, none, part, none, none, dist, cand, False, False)
+    return target, np.where(target >= 0, cost, 0.0)
 
 
 @njit(cache=True, nogil=True)
