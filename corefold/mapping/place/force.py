@@ -60,9 +60,43 @@ def _apply_swap(pos, occupant, a, cb):
 
 
 @njit(cache=True, nogil=True)
+def _best_swap(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, a, radius, sx, sy, directional):
+    """The usable core within ``radius`` hops of a's whose swap (or move) lowers T most.
+
+    ``directional``: only cores in the quadrant of the pull (sx, sy in {-1, 0, 1}; 0 keeps
+    that axis); else the whole diamond. Returns (delta, core), core -1 when none gains.
+    O(radius^2 * (deg a + deg b))."""
+    height, width = grid.shape
+    xa = core_xy[pos[a], 0]
+    ya = core_xy[pos[a], 1]
+    best = -1e-9
+    best_c = -1
+    for dx in range(-radius, radius + 1):
+        if directional and dx != 0 and (sx == 0 or (dx > 0) != (sx > 0)):
+            continue
+        r = radius - abs(dx)
+        for dy in range(-r, r + 1):
+            if directional and dy != 0 and (sy == 0 or (dy > 0) != (sy > 0)):
+                continue
+            if dx == 0 and dy == 0:
+                continue
+            x = xa + dx
+            y = ya + dy
+            if x < 0 or y < 0 or x >= width or y >= height:
+                continue
+            c = grid[y, x]
+            if c < 0:
+                continue
+            d = swap_delta(qptr, qidx, qw, pos, occupant, dist, a, c)
+            if d < best:
+                best = d
+                best_c = c
+    return best, best_c
+
+
+@njit(cache=True, nogil=True)
 def _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fraction, iterations, radius):
     k = pos.shape[0]
-    height, width = grid.shape
     total_gain = 0.0
     visit = max(1, int(np.ceil(fraction * k)))
     for _ in range(iterations):
@@ -81,31 +115,9 @@ def _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fracti
         for a in order:
             if mag[a] <= 0.0:
                 break
-            xa = core_xy[pos[a], 0]
-            ya = core_xy[pos[a], 1]
             sx = 1 if fx[a] > 0 else (-1 if fx[a] < 0 else 0)
             sy = 1 if fy[a] > 0 else (-1 if fy[a] < 0 else 0)
-            best = -1e-9
-            best_c = -1
-            for dx in range(0, radius + 1):
-                if dx > 0 and sx == 0:
-                    break
-                for dy in range(0, radius + 1 - dx):
-                    if dy > 0 and sy == 0:
-                        break
-                    if dx == 0 and dy == 0:
-                        continue
-                    x = xa + sx * dx
-                    y = ya + sy * dy
-                    if x < 0 or y < 0 or x >= width or y >= height:
-                        continue
-                    c = grid[y, x]
-                    if c < 0:
-                        continue
-                    d = swap_delta(qptr, qidx, qw, pos, occupant, dist, a, c)
-                    if d < best:
-                        best = d
-                        best_c = c
+            best, best_c = _best_swap(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, a, radius, sx, sy, True)
             if best_c >= 0:
                 _apply_swap(pos, occupant, a, best_c)
                 total_gain -= best
@@ -117,29 +129,9 @@ def _force_iterations(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, fracti
 
 @njit(cache=True, nogil=True)
 def _pairwise_pass(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, radius, order):
-    height, width = grid.shape
     gain = 0.0
     for a in order:
-        xa = core_xy[pos[a], 0]
-        ya = core_xy[pos[a], 1]
-        best = -1e-9
-        best_c = -1
-        for dx in range(-radius, radius + 1):
-            r = radius - abs(dx)
-            for dy in range(-r, r + 1):
-                if dx == 0 and dy == 0:
-                    continue
-                x = xa + dx
-                y = ya + dy
-                if x < 0 or y < 0 or x >= width or y >= height:
-                    continue
-                c = grid[y, x]
-                if c < 0:
-                    continue
-                d = swap_delta(qptr, qidx, qw, pos, occupant, dist, a, c)
-                if d < best:
-                    best = d
-                    best_c = c
+        best, best_c = _best_swap(qptr, qidx, qw, pos, occupant, dist, core_xy, grid, a, radius, 0, 0, False)
         if best_c >= 0:
             _apply_swap(pos, occupant, a, best_c)
             gain -= best
