@@ -154,3 +154,14 @@ def test_heavy_and_light_neurons_with_both_capacities_binding(seed):
     _check(topo, target, m)
     again = map_topology(topo, target, replace(FAST, debug=True), seed=seed, progress=False)
     assert (again.core_xy == m.core_xy).all()
+
+
+def test_a_synapse_memory_with_room_to_spare_changes_nothing():
+    # synapses fill 30% of the memory: the mapping must be the one without a synapse
+    # capacity (it used to be aimed at synapse shares it did not need)
+    topo = conv_like_graph(2000, 3)
+    loose = int(np.ceil(topo.synapses.sum() / 16 / 0.3))
+    free = map_topology(topo, _target(4, 4, 130), FAST, seed=2, progress=False)
+    bounded = map_topology(topo, _target(4, 4, 130, loose), FAST, seed=2, progress=False)
+    _check(topo, _target(4, 4, 130, loose), bounded)
+    np.testing.assert_array_equal(free.core_xy, bounded.core_xy)
