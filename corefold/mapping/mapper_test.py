@@ -134,8 +134,10 @@ def test_restarts_keep_the_best_run_and_are_deterministic():
 def test_mapping_does_not_depend_on_threads():
     topo = conv_like_graph(3000, 4)
     target = _target(5, 5, 150)
-    one = map_topology(topo, target, replace(FAST, threads=1), seed=3, progress=False)
-    two = map_topology(topo, target, replace(FAST, threads=2), seed=3, progress=False)
+    # four seeded restarts: on 2 threads they run concurrently, each bisecting on one
+    one = map_topology(topo, target, replace(FAST, threads=1, max_restarts=4), seed=3, progress=False)
+    two = map_topology(topo, target, replace(FAST, threads=2, max_restarts=4), seed=3, progress=False)
+    assert one.summary["restarts"] == two.summary["restarts"] == 4
     _check(topo, target, two)
     np.testing.assert_array_equal(one.core_xy, two.core_xy)
 
