@@ -649,11 +649,12 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
     center = None
     if slot_xy is not None:
         center = np.tile(slot_xy.mean(axis=0), (n, 1)).astype(np.float64)
-    nodes = [(1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64),
-              (indptr, indices, weights))]
+    nodes = [[1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64),
+              (indptr, indices, weights)]]
 
     def bisect_node(node):
         node_id, verts, slots, (sptr, sidx, sw) = node
+        node[3] = None  # NOTE: the parent's subgraph is freed once this node is split
         node_rng = np.random.default_rng([base, node_id])
         s0, s1 = split(slots)
         c0 = c1 = None
@@ -682,6 +683,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         if s0.size == 1 and s1.size == 1:  # leaves: no subgraph needed
             return side, s0, s1, c0, c1, None, None
         sub = split_subgraph(sptr, sidx, sw, side)
+        del sptr, sidx, sw
         return side, s0, s1, c0, c1, sub[:3], sub[3:]
 
     pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
@@ -695,15 +697,15 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                 else:
                     owner[verts] = node_id
                     work.append(node)
-            nodes = None  # the parents' subgraphs go as their children's are built
+            nodes = None
             results = list(pool.map(bisect_node, work)) if pool is not None else [bisect_node(w) for w in work]
             nodes = []
             for (node_id, verts, _, _), (side, s0, s1, c0, c1, sub0, sub1) in zip(work, results, strict=True):
                 if center is not None:
                     center[verts[side == 0]] = c0
                     center[verts[side == 1]] = c1
-                nodes.append((2 * node_id, verts[side == 0], s0, sub0))
-                nodes.append((2 * node_id + 1, verts[side == 1], s1, sub1))
+                nodes.append([2 * node_id, verts[side == 0], s0, sub0])
+                nodes.append([2 * node_id + 1, verts[side == 1], s1, sub1])
                 if progress is not None:
                     progress(1)
     finally:
