@@ -9,7 +9,7 @@ from corefold.mapping.partition.initial import (
     lower_bounds,
     multilevel_bisect,
     recursive_bisection,
-    split_subgraph,
+    side_subgraph,
 )
 from corefold.mapping.testing import grid_graph, random_graph
 
@@ -111,14 +111,14 @@ def test_rebalance_fits_both_capacities_where_growing_alone_does_not():
     assert set(np.unique(out)) <= {0, 1} and (part_fill(loads, out, 2) <= caps2).all()
 
 
-def test_split_subgraph_equals_the_induced_submatrices():
+def test_side_subgraph_equals_the_induced_submatrices():
     import scipy.sparse as sp
 
     topo = random_graph(400, 7, seed=11)
     side = np.random.default_rng(3).integers(0, 2, 400).astype(np.int64)
     a = sp.csr_matrix((topo.weights, topo.indices, topo.indptr), shape=(400, 400))
-    got = split_subgraph(topo.indptr, topo.indices, np.asarray(topo.weights, np.float64), side)
-    for s, (ptr, idx, w) in enumerate((got[:3], got[3:])):
+    for s in (0, 1):
+        ptr, idx, w = side_subgraph(topo.indptr, topo.indices, np.asarray(topo.weights, np.float64), side, s)
         keep = np.flatnonzero(side == s)
         want = a[keep][:, keep]
         have = sp.csr_matrix((w, idx, ptr), shape=(keep.size, keep.size))
