@@ -663,7 +663,8 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
     # NOTE: a node holds its parent, not its own subgraph: the subgraph is extracted when
     # the node is bisected, and the parent's is dropped once both children have theirs, so
     # a depth never holds all its subgraphs at once (vgg-small peak: 3.14 GiB -> 2.94 GiB;
-    # 2.61 GiB with one induced subgraph of the whole graph per node, 3x slower to extract)
+    # 2.61 GiB with one induced subgraph of the whole graph per node, 0.29 s against 0.16 s
+    # of extraction on mobilenet-tiny)
     nodes = [[1, np.arange(n, dtype=np.int64), np.arange(slot_caps.shape[0], dtype=np.int64),
               _Parent((indptr, indices, weights), None), 0]]
 
