@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from corefold.errors import CapacityError, TargetError
 from corefold.mapping import objectives
+from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.partition.coarsen import coarsen, finest_level
 from corefold.mapping.partition.exchange import refine_with_exchanges
@@ -106,11 +106,7 @@ def map_topology(topo: Topology, target, settings: MapSettings | None = None, se
     def run(r: int) -> Mapping:
         return _map_once(topo, target, inner, np.random.default_rng(int(seeds[r])), show and threads == 1)
 
-    if threads > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, runs)) as pool:
-            results = list(pool.map(run, range(runs)))
-    else:
-        results = [run(r) for r in range(runs)]
+    results = run_indexed(run, runs, threads)
     best = min(((m.summary["traffic_estimate"], r), m) for r, m in enumerate(results))
     m = best[1]
     _anneal_small(topo, target, settings, m, np.random.default_rng(int(seeds[best[0][1]])))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.refine import move_delta
 
 
@@ -165,13 +166,7 @@ def anneal_vertices(indptr, indices, weights, loads, part, fill, caps, dist, ste
         return _anneal_vertices(indptr, indices, weights, loads, part.copy(), fill.copy(), caps, dist, per, maxc,
                                 seed + i)
 
-    if threads > 1 and chains > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(threads, chains)) as pool:
-            ends = list(pool.map(chain, range(chains)))
-    else:
-        ends = [chain(i) for i in range(chains)]
+    ends = run_indexed(chain, chains, threads)
     gain, best = max(ends, key=lambda end: end[0])  # first of equal ends: independent of scheduling
     part[:] = best
     for d in range(loads.shape[1]):

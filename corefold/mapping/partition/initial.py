@@ -17,12 +17,12 @@ O(log k) rounds over the whole graph.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
 from numba import njit
 
+from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.refine import _part_overflow, refine
 
 CUT_DIST = np.array([[0.0, 1.0], [1.0, 0.0]])
@@ -261,6 +261,21 @@ def _overflow2(fill, caps2, scale):
 
 
 @njit(cache=True, nogil=True)
+def _overflow_if_flipped(loads, side, fill, caps2, scale, v):
+    """:func:`_overflow2` after v changes side (``fill`` is left as it was). O(dims)."""
+    s = side[v]
+    t = 1 - s
+    for d in range(loads.shape[1]):
+        fill[s, d] -= loads[v, d]
+        fill[t, d] += loads[v, d]
+    o = _overflow2(fill, caps2, scale)
+    for d in range(loads.shape[1]):
+        fill[s, d] += loads[v, d]
+        fill[t, d] -= loads[v, d]
+    return o
+
+
+@njit(cache=True, nogil=True)
 def _overflow_scale(caps2):
     """Per-dimension weight 1 / (both sides' capacity) of :func:`_overflow2`."""
     dims = caps2.shape[1]
@@ -306,22 +321,13 @@ def _best_flip(loads, side, fill, caps2, scale, gain, ref, skip, need_decrease):
     """The flip with the largest cut gain among those that take the overflow below ``ref``
     (``need_decrease``), else the flip that raises it least (ties: larger gain)."""
     n = side.shape[0]
-    dims = loads.shape[1]
     best_v = -1
     best_g = -np.inf
     best_o = np.inf
     for v in range(n):
         if v == skip:
             continue
-        s = side[v]
-        t = 1 - s
-        for d in range(dims):
-            fill[s, d] -= loads[v, d]
-            fill[t, d] += loads[v, d]
-        delta = _overflow2(fill, caps2, scale) - ref
-        for d in range(dims):
-            fill[s, d] += loads[v, d]
-            fill[t, d] -= loads[v, d]
+        delta = _overflow_if_flipped(loads, side, fill, caps2, scale, v) - ref
         if need_decrease:
             if delta < -1e-15 and (gain[v] > best_g or (gain[v] == best_g and delta < best_o)):
                 best_v, best_g, best_o = v, gain[v], delta
@@ -701,29 +707,24 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         me = None if s0.size == 1 and s1.size == 1 else _Parent((sptr, sidx, sw), side)  # leaves need none
         return side, s0, s1, c0, c1, me
 
-    pool = ThreadPoolExecutor(max_workers=threads) if threads > 1 else None
-    try:
-        while nodes:
-            work = []
-            for node in nodes:
-                node_id, verts, slots, _, _ = node
-                if slots.size == 1 or verts.size == 0:
-                    part[verts] = slots[0]
-                else:
-                    owner[verts] = node_id
-                    work.append(node)
-            nodes = None  # the parents go as their children take their subgraphs
-            results = list(pool.map(bisect_node, work)) if pool is not None else [bisect_node(w) for w in work]
-            nodes = []
-            for (node_id, verts, _, _, _), (side, s0, s1, c0, c1, me) in zip(work, results, strict=True):
-                if center is not None:
-                    center[verts[side == 0]] = c0
-                    center[verts[side == 1]] = c1
-                nodes.append([2 * node_id, verts[side == 0], s0, me, 0])
-                nodes.append([2 * node_id + 1, verts[side == 1], s1, me, 1])
-                if progress is not None:
-                    progress(1)
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    while nodes:
+        work = []
+        for node in nodes:
+            node_id, verts, slots, _, _ = node
+            if slots.size == 1 or verts.size == 0:
+                part[verts] = slots[0]
+            else:
+                owner[verts] = node_id
+                work.append(node)
+        nodes = None  # the parents go as their children take their subgraphs
+        results = run_indexed(lambda i, work=work: bisect_node(work[i]), len(work), threads)
+        nodes = []
+        for (node_id, verts, _, _, _), (side, s0, s1, c0, c1, me) in zip(work, results, strict=True):
+            if center is not None:
+                center[verts[side == 0]] = c0
+                center[verts[side == 1]] = c1
+            nodes.append([2 * node_id, verts[side == 0], s0, me, 0])
+            nodes.append([2 * node_id + 1, verts[side == 1], s1, me, 1])
+            if progress is not None:
+                progress(1)
     return part

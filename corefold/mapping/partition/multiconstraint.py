@@ -20,6 +20,7 @@ from corefold.mapping.partition.initial import (
     _heap_pop,
     _heap_push,
     _overflow2,
+    _overflow_if_flipped,
     _overflow_scale,
     side_fill,
 )
@@ -95,15 +96,7 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
         key, v, size = _heap_pop(hk, hv, size)
         if -key != gain[v] or is_deferred[v]:
             continue
-        s = side[v]
-        t = 1 - s
-        for d in range(dims):
-            fill[s, d] -= loads[v, d]
-            fill[t, d] += loads[v, d]
-        new_over = _overflow2(fill, caps2, scale)
-        for d in range(dims):
-            fill[s, d] += loads[v, d]
-            fill[t, d] -= loads[v, d]
+        new_over = _overflow_if_flipped(loads, side, fill, caps2, scale, v)
         if new_over >= over - 1e-15:
             is_deferred[v] = True
             deferred[ndef] = v

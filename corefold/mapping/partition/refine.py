@@ -27,18 +27,24 @@ class ObjectiveMismatch(CorefoldError):
 
 
 @njit(cache=True, nogil=True)
+def _on_boundary(indptr, indices, part, v):
+    """v has a neighbour in another part. O(deg v)."""
+    for e in range(indptr[v], indptr[v + 1]):
+        if part[indices[e]] != part[v]:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
 def boundary_vertices(indptr, indices, part):
     """Vertices with a neighbour in another part, ascending. O(m)."""
     n = indptr.shape[0] - 1
     out = np.empty(n, np.int64)
     k = 0
     for v in range(n):
-        pv = part[v]
-        for e in range(indptr[v], indptr[v + 1]):
-            if part[indices[e]] != pv:
-                out[k] = v
-                k += 1
-                break
+        if _on_boundary(indptr, indices, part, v):
+            out[k] = v
+            k += 1
     return out[:k]
 
 
@@ -75,13 +81,9 @@ def boundary_around(indptr, indices, part, changed):
     out = np.empty(k, np.int64)
     b = 0
     for i in range(k):
-        v = cand[i]
-        pv = part[v]
-        for e in range(indptr[v], indptr[v + 1]):
-            if part[indices[e]] != pv:
-                out[b] = v
-                b += 1
-                break
+        if _on_boundary(indptr, indices, part, cand[i]):
+            out[b] = cand[i]
+            b += 1
     return np.sort(out[:b])
 
 

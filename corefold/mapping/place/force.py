@@ -19,12 +19,11 @@ O(fraction * k * radius^2 * deg).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.refine import ObjectiveMismatch
 
 
@@ -212,11 +211,7 @@ def anneal_placement(q: sp.csr_matrix, pos: np.ndarray, dist: np.ndarray, core_x
         return _anneal(qptr, qidx, qw, pos.copy(), occupant.copy(), dist, core_xy, grid, per, t0, t0 * 1e-3,
                        seed + i)
 
-    if threads > 1 and chains > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, chains)) as pool:
-            ends = list(pool.map(chain, range(chains)))
-    else:
-        ends = [chain(i) for i in range(chains)]
+    ends = run_indexed(chain, chains, threads)
     best, best_pos = min(ends, key=lambda end: end[0])  # first of equal ends: independent of scheduling
     if best < before:
         pos[:] = best_pos
