@@ -32,3 +32,16 @@ class DataError(CorefoldError):
 
 class CapacityError(CorefoldError):
     """Something can never fit the target, at any split or placement."""
+
+
+class InternalError(Exception):
+    """An invariant of corefold itself is broken: a bug, never the user's fault.
+
+    Not a :class:`CorefoldError`: the command line reports it as an internal error
+    ("please report") with exit status 70 (``EX_SOFTWARE``), never as bad input (2).
+    """
+
+
+#: Exit statuses of the command line.
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 70

@@ -39,10 +39,17 @@ def test_mapping_never_sees_the_ir():
     assert offenders == []
 
 
-def test_ir_depends_on_nothing_else_in_corefold():
+def test_ir_depends_only_on_ops_and_errors():
     offenders = []
     for path in (ROOT / "ir").rglob("*.py"):
         for m in _imports(path):
-            if m.startswith("corefold.") and not m.startswith("corefold.ir"):
+            if m.startswith("corefold.") and not m.startswith(("corefold.ir", "corefold.ops", "corefold.errors")):
                 offenders.append((str(path.relative_to(ROOT)), m))
+    assert offenders == []
+
+
+def test_library_code_never_imports_the_cli():
+    offenders = [str(p.relative_to(ROOT)) for p in _sources()
+                 if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")
+                 and any(m == "corefold.cli" or m.startswith("corefold.cli.") for m in _imports(p))]
     assert offenders == []

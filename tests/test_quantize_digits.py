@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import quant_models  # noqa: E402
 
 from corefold.frontend.onnx import load_model, save_model  # noqa: E402
+from corefold.frontend.onnx.check import ort_session  # noqa: E402
 from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph  # noqa: E402
 from corefold.passes.quantize.integer import IntegerRunner  # noqa: E402
 
@@ -46,7 +47,7 @@ def test_digits_integer_matches_ort_and_accuracy_holds(digits):
     tmp, xe, ye = digits
     graph, res = _quantized(tmp, "q", quantize_outputs=True)
     float_sess = ort.InferenceSession(str(tmp / "m.onnx"), providers=["CPUExecutionProvider"])
-    q_sess = ort.InferenceSession(str(tmp / "q.onnx"), providers=["CPUExecutionProvider"])
+    q_sess = ort_session(str(tmp / "q.onnx"), qdq_exact=True)  # CPU-independent (see ort_session)
     runner = IntegerRunner(graph)
     assert {"r1_quantize", "p1_quantize", "r2_quantize", "logits_quantize"} <= set(runner.integer_nodes)
     step = 1.0 / float(res.plan["logits"].k)
@@ -74,6 +75,6 @@ def test_digits_unsigned_rule_beats_symmetric(digits):
         name = f"u{int(unsigned)}"
         _, res = _quantized(tmp, name, unsigned_rule=unsigned)
         assert res.plan["r1"].mode == ("unsigned" if unsigned else "symmetric")
-        s = ort.InferenceSession(str(tmp / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+        s = ort_session(str(tmp / f"{name}.onnx"), qdq_exact=True)
         sq[unsigned] = _sqnr(ref, np.concatenate([s.run(None, {"image": xe[i:i + 1]})[0] for i in range(len(xe))]))
     assert sq[True] > sq[False] + 0.5

@@ -2,17 +2,41 @@
 
 Each subcommand lives in its own module ``corefold.cli.<name>`` with two functions:
 ``add_arguments(parser)`` and ``run(args) -> int``. Heavy imports stay inside ``run`` so
-``corefold --help`` starts fast. A :class:`~corefold.errors.CorefoldError` anywhere ends in
-one line on stderr and exit status 2.
+``corefold --help`` starts fast.
+
+Exit statuses: 0 success; 1 a check that ran and found a difference (``--check``); 2 the
+user's input is at fault (a :class:`~corefold.errors.CorefoldError` anywhere, or a bad
+argument), reported in one line on stderr naming the culprit; 70 an internal error (a
+corefold bug: :class:`~corefold.errors.InternalError` or any unexpected exception), one
+line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 130 interrupted
+(Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import traceback
 
-from corefold.errors import CorefoldError
+from corefold.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, CorefoldError, InternalError
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (no usage block) and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every ``finally`` (temporary outputs) runs."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated()
 
 #: Subcommands in pipeline order (M5 quantize, M3 split and order, M4 topology and map): (name, module, help).
 COMMANDS: list[tuple[str, str, str]] = [
@@ -29,9 +53,9 @@ COMMANDS: list[tuple[str, str, str]] = [
 def build_parser() -> argparse.ArgumentParser:
     from corefold import __version__
 
-    parser = argparse.ArgumentParser(prog="corefold", description="A compiler for many-core AI chips.")
+    parser = _OneLineParser(prog="corefold", description="A compiler for many-core AI chips.")
     parser.add_argument("--version", action="version", version=f"corefold {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_OneLineParser)
     for name, module, help_text in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
         mod = importlib.import_module(module)
@@ -40,14 +64,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(line: str) -> None:
+    # a progress bar may have left the cursor mid-line on a non-terminal stderr
+    sys.stderr.write(("\n" if _progress_mid_line() else "") + line + "\n")
+    sys.stderr.flush()
+
+
+def _progress_mid_line() -> bool:
+    try:
+        from tqdm import tqdm
+
+        return bool(getattr(tqdm, "_instances", None))
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (already printed)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USER_ERROR
+    previous = None
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (tests on threads): no handler
+        pass
+    prog = f"corefold {args.command}"
     try:
         return int(args._run(args) or 0)
     except CorefoldError as exc:
-        print(f"corefold {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        _say(f"{prog}: error: {' '.join(str(exc).split())}")
+        return EXIT_USER_ERROR
+    except MemoryError:
+        _say(f"{prog}: error: out of memory; the model or its inputs are too large for this machine")
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print(f"corefold {args.command}: interrupted", file=sys.stderr)
+        _say(f"{prog}: interrupted")
         return 130
+    except Terminated:
+        _say(f"{prog}: terminated")
+        return 143
+    except (InternalError, Exception) as exc:  # noqa: BLE001 - a bug: report it as one
+        if os.environ.get("COREFOLD_DEBUG"):
+            traceback.print_exc()
+        _say(f"{prog}: internal error, please report (with COREFOLD_DEBUG=1 for the traceback): {_one_line(exc)}")
+        return EXIT_INTERNAL_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

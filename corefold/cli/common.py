@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
-from corefold.errors import CorefoldError
+from corefold.io import atomic_output, atomic_outputs, check_output, check_outputs  # noqa: F401 - re-exported for the subcommands
 
 
 def parse_shape_binding(text: str) -> tuple[str, tuple[int, ...]]:
@@ -38,27 +33,3 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 
 def shape_bindings(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     return dict(args.shape or [])
-
-
-@contextmanager
-def atomic_output(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it over ``path`` only on success.
-
-    A failure (exception) leaves no file at ``path`` and no temporary file behind.
-    """
-    final = Path(path)
-    if final.parent and not final.parent.exists():
-        raise CorefoldError(f"output directory '{final.parent}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix or final.suffix, dir=final.parent or ".")
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        # mkstemp creates 0600; give the result the mode a plain open() would have
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)
-        os.replace(tmp_path, final)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()

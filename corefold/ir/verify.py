@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from corefold.errors import InternalError
 from corefold.ir.graph import Graph
 from corefold.ir.values import Usage
 
 
-class VerifyError(AssertionError):
+class VerifyError(InternalError):
     """An IR invariant is broken: a corefold bug, not a user error."""
 
 

@@ -98,7 +98,7 @@ def save_model(graph: Graph, path: str | os.PathLike) -> None:
         ModelError: as :func:`to_onnx`, or the model exceeds protobuf's 2 GB limit.
         CorefoldError: the output directory does not exist.
     """
-    from corefold.cli.common import atomic_output
+    from corefold.io import atomic_output
 
     model = to_onnx(graph)
     if model.ByteSize() >= 2**31:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from corefold.errors import CorefoldError
+from corefold.errors import InternalError
 
 
-class ObjectiveMismatch(CorefoldError):
+class ObjectiveMismatch(InternalError):
     """Debug mode: an incrementally tracked cost differs from its fresh recomputation."""
 
 

@@ -57,7 +57,7 @@ def save_topology(topo: Topology, path: str | Path, *, level: int | None = None,
         TopologyError: unknown extension, or arrays the format cannot hold.
         CorefoldError: the output directory does not exist.
     """
-    from corefold.cli.common import atomic_output
+    from corefold.io import atomic_output
 
     fmt = topology_format(path)
     with atomic_output(path) as tmp:
