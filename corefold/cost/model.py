@@ -10,7 +10,8 @@ For an operator ``o`` bound to unit kind ``u(o)`` with throughput ``r_u`` per cy
 
 and a transfer of ``b`` bytes between DRAM and a core takes
 ``b / min(r_dma * f, dram_bandwidth)`` (SPEC M3 §5's T1). Shape-only ops (Reshape,
-Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) cost nothing.
+Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) cost nothing. On a
+``kind = "gpu"`` target the time is a roofline instead (:mod:`corefold.cost.roofline`).
 Every function here is O(1) per node (O(V) per graph).
 """
 
@@ -162,8 +163,13 @@ def op_cost(node: Node, target: Target) -> OpCost:
         work = float(_vector_ops(node))
         flops = int(work)
     u = target.units[unit]
-    return OpCost(node.op_type, macs, flops, input_bytes, weight_bytes, output_bytes, unit, work,
+    cost = OpCost(node.op_type, macs, flops, input_bytes, weight_bytes, output_bytes, unit, work,
                   work / (u.throughput * target.clock_hz))
+    if target.device is not None:  # a GPU-like device: roofline times (corefold.cost.roofline)
+        from corefold.cost.roofline import roofline
+
+        return roofline(cost, node, target)
+    return cost
 
 
 @dataclass

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from corefold.errors import TargetError
+from corefold.target.device import DEVICE_KEYS, gpu_target
 from corefold.target.model import UNIT_KINDS, UNIT_THROUGHPUT_NAME, Target, Unit
 
 #: Preset names accepted wherever a target is expected.
-PRESETS = ("npu", "neuromorphic")
+PRESETS = ("npu", "neuromorphic", "gpu", "gpu-nvlink")
 
 _SECTIONS = {
     "target": {"name", "kind", "clock_mhz"},
@@ -19,6 +20,7 @@ _SECTIONS = {
     "core": {"sram_kib", "sram_reserved_kib", "neurons", "synapses", "units"},
     "noc": {"link_bytes_per_cycle", "hop_latency_cycles", "interchip_hop_cost"},
     "memory": {"dram_gbps", "host_link_gbps"},
+    "device": set(DEVICE_KEYS),
 }
 
 
@@ -60,8 +62,10 @@ def parse_target(text: str, origin: str = "<string>") -> Target:
             raise TargetError(f"target {origin}: unknown section '{section}'")
 
     kind = r.get("target.kind", str, "npu")
-    if kind not in ("npu", "neuromorphic"):
-        raise TargetError(f"target {origin}: key 'target.kind' must be 'npu' or 'neuromorphic', got {kind!r}")
+    if kind not in ("npu", "neuromorphic", "gpu"):
+        raise TargetError(f"target {origin}: key 'target.kind' must be 'npu', 'neuromorphic' or 'gpu', got {kind!r}")
+    if kind == "gpu" or "device" in doc:
+        return gpu_target(doc, r.get, origin)
     units: dict[str, Unit] = {}
     unit_table = doc.get("core", {}).get("units", {})
     if not isinstance(unit_table, dict):

@@ -26,16 +26,42 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Device:
+    """A GPU-like device with its own memory next to a host (``kind = "gpu"`` targets, SPEC M2).
+
+    Attributes:
+        memory_bytes: device memory.
+        fp32_flops: peak fp32 FLOP/s (an FMA is 2 FLOPs).
+        tensor_flops: peak FLOP/s of matrix work on 16-bit and 8-bit inputs (tensor cores).
+        memory_bytes_per_s: device memory bandwidth.
+        host_link_bytes_per_s: host <-> device bandwidth in each direction (full duplex).
+        launch_seconds: fixed cost of each kernel or copy.
+    """
+
+    memory_bytes: int
+    fp32_flops: float
+    tensor_flops: float
+    memory_bytes_per_s: float
+    host_link_bytes_per_s: float
+    launch_seconds: float
+
+    def host_transfer_seconds(self, nbytes: float) -> float:
+        """Seconds to copy ``nbytes`` between device and host memory (either direction)."""
+        return self.launch_seconds + float(nbytes) / self.host_link_bytes_per_s
+
+
+@dataclass(frozen=True)
 class Target:
     """A many-core chip (or a board of them) as corefold compiles for it.
 
     Coordinates are global over the whole board: x in ``[0, width)``, y in ``[0, height)``,
     where ``width = mesh_width * chips_x``. A hop between two cores of different chips costs
-    ``interchip_hop_cost`` on-chip hops.
+    ``interchip_hop_cost`` on-chip hops. A ``kind = "gpu"`` target is one device
+    (``device`` set, a 1x1 mesh whose units are derived from the device's rates).
     """
 
     name: str
-    kind: str  # "npu" or "neuromorphic"
+    kind: str  # "npu", "neuromorphic" or "gpu"
     clock_hz: float
     mesh_width: int
     mesh_height: int
@@ -52,6 +78,7 @@ class Target:
     neurons_per_core: int | None = None
     synapses_per_core: int | None = None
     unusable_cores: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    device: Device | None = None
 
     @property
     def width(self) -> int:

@@ -17,7 +17,7 @@ def test_presets_load_with_expected_values():
     assert (neuro.width, neuro.height) == (32, 32)
     assert neuro.neurons_per_core == 1024 and neuro.synapses_per_core == 65536
     assert neuro.chip_of(17, 3) == (1, 0)
-    assert set(PRESETS) == {"npu", "neuromorphic"}
+    assert set(PRESETS) == {"npu", "neuromorphic", "gpu", "gpu-nvlink"}
 
 
 def _npu_text():
@@ -51,3 +51,35 @@ def test_unusable_cores_are_excluded():
     t = parse_target(_npu_text().replace("unusable = []", "unusable = [[0, 0], [7, 7]]"))
     assert len(t.usable_cores) == 62 and (0, 0) not in t.usable_cores
     assert t.usable_cores[0] == (1, 0)
+
+
+def test_gpu_presets_are_a_v100_behind_pcie_and_nvlink():
+    gpu, nvl = load_target("gpu"), load_target("gpu-nvlink")
+    for t in (gpu, nvl):
+        d = t.device
+        assert t.kind == "gpu" and d.memory_bytes == 16 * 2**30
+        assert (d.fp32_flops, d.tensor_flops, d.memory_bytes_per_s) == (15.7e12, 125e12, 900e9)
+        assert t.num_cores == 1 and t.sram_bytes == d.memory_bytes
+    assert gpu.device.host_link_bytes_per_s == 16e9 and nvl.device.host_link_bytes_per_s == 75e9
+    assert gpu.device.host_transfer_seconds(16e9) == pytest.approx(1.0 + gpu.device.launch_seconds)
+    assert load_target("npu").device is None
+
+
+def _gpu_text():
+    from importlib import resources
+    return resources.files("corefold.target").joinpath("presets/gpu.toml").read_text()
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ("memory_gib = 16.0", "memory_gib = 0", "device.memory_gib"),
+    ("host_link_gbps = 16.0", "host_link_gbps = 'fast'", "device.host_link_gbps"),
+    ("launch_us = 2.0", "launch_us = -1", "device.launch_us"),
+    ("tensor_tflops = 125.0", "tensor_flops = 125.0", "device.tensor_flops"),
+    ('\nkind = "gpu"', '\nkind = "npu"', "kind"),
+    ("\n[device]", "\n[mesh]\nwidth = 2\n[device]", "mesh"),
+])
+def test_bad_gpu_value_names_the_key(old, new, key):
+    text = _gpu_text()
+    assert old in text
+    with pytest.raises(TargetError, match=key.replace(".", r"\.")):
+        parse_target(text.replace(old, new, 1), "g.toml")
