@@ -15,15 +15,20 @@ import numpy as np
 
 Kernel = Callable[[dict[str, Any], list["np.ndarray | None"]], list[np.ndarray]]
 
-#: op_type -> kernel, for the default ONNX domain.
+#: op_type -> kernel, for the default ONNX domain; ``"domain::op_type"`` for other domains.
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*op_types: str) -> Callable[[Kernel], Kernel]:
-    """Register the decorated function as the kernel of each of ``op_types``."""
+def kernel_key(op_type: str, domain: str = "") -> str:
+    """The :data:`KERNELS` key of an operator: its type, prefixed ``domain::`` outside ONNX's."""
+    return f"{domain}::{op_type}" if domain else op_type
+
+
+def kernel(*op_types: str, domain: str = "") -> Callable[[Kernel], Kernel]:
+    """Register the decorated function as the kernel of each of ``op_types`` (in ``domain``)."""
 
     def register(fn: Kernel) -> Kernel:
-        for op in op_types:
+        for op in (kernel_key(o, domain) for o in op_types):
             if op in KERNELS:
                 raise ValueError(f"kernel for {op} registered twice")
             KERNELS[op] = fn

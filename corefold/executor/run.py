@@ -7,7 +7,7 @@ from typing import Iterable
 import numpy as np
 
 from corefold.errors import DataError, UnsupportedOpError
-from corefold.executor.registry import load_all
+from corefold.executor.registry import kernel_key, load_all
 from corefold.ir import Graph
 
 
@@ -38,7 +38,7 @@ def run(graph: Graph, feeds: dict[str, np.ndarray], outputs: Iterable[str] | Non
                 remaining[v.name] = remaining.get(v.name, 0) + 1
     keep = set(want)
     for n in order:
-        fn = kernels.get(n.op_type) if not n.domain else None
+        fn = kernels.get(kernel_key(n.op_type, n.domain))
         if fn is None:
             raise UnsupportedOpError(f"node '{n.name}': no kernel for operator {n.domain + '::' if n.domain else ''}{n.op_type}")
         args = [env[v.name] if v is not None else None for v in n.inputs]

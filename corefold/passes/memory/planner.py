@@ -1,0 +1,272 @@
+"""Budget mode: choose the evictions that bring the step-model peak under a budget.
+
+Let ``M(i)`` be the bytes live at compute step ``i`` (:mod:`~corefold.passes.memory.memsim`)
+and ``X = sum_i max(0, M(i) - budget)`` the excess. Each round takes the peak step ``i*``,
+and among the ``candidates`` largest storages live there but not read there (``i*``
+strictly inside one of their use gaps, :mod:`~corefold.passes.memory.evictions`), every
+allowed reduction of that gap. For a choice ``c`` with excess drop ``dX(c) > 0`` it
+books its copies on the link timelines (:mod:`~corefold.passes.memory.links`) against the
+stall-free compute times ``S`` (prefix sums of the cost model's op times):
+
+* the SwapOut takes the earliest free d2h slot after its input is ready; the release
+  step ``s`` is the first step starting after the slot ends;
+* the SwapIn takes the latest free h2d slot that ends by the first read ``S(hi)``; its
+  trigger ``q`` is the last step ending before the slot starts (the restore's transfer
+  fits in the compute between ``q`` and the read: SPEC M2's choice of Q);
+* when that does not relieve ``i*`` (``s > i*`` or ``q <= i*``), ``s = i*`` and
+  ``q >= i* + 1`` are forced and the compute stream's wait is the choice's *stall*.
+
+``cost(c) = stall + added compute (compress, decompress) + link_weight * link seconds``;
+the round commits ``argmin (cost + eps) / dX``, so stall-free choices go first, largest
+relief first. Every round evicts a new gap, so there are at most as many rounds as gaps;
+a round is O(K (R + n_seg)) for K candidates, R bookings and n_seg the steps a choice
+touches. It fails (``PlanError``) when the peak step has nothing left to evict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from corefold.errors import CapacityError
+from corefold.executor.kernels.memory import CompressFormat, compress_format
+from corefold.passes.memory.evictions import BOTH, COMPRESS, SWAP, Eviction, UseGaps, use_gaps
+from corefold.passes.memory.links import LinkTimeline
+from corefold.passes.memory.memsim import step_profile
+from corefold.passes.memory.program import COMPUTE, Program, Storage
+from corefold.passes.memory.settings import MemorySettings
+from corefold.passes.memory.timesim import copy_seconds, node_seconds
+from corefold.target import Target
+
+
+class PlanError(CapacityError):
+    """No set of evictions brings the peak under the budget."""
+
+
+@dataclass
+class Proposal:
+    """One candidate choice: the storage's new plan and what it costs and relieves."""
+
+    eviction: Eviction
+    gap: int
+    new_swap: bool
+    restore_slot: tuple[float, float] | None
+    score: float
+    cost: float
+    compute_added: dict[int, float]
+
+
+def compress_seconds(nbytes: int, compressed: int, target: Target) -> float:
+    """Compress or decompress time: read one form, write the other, at memory bandwidth."""
+    dev = target.device
+    if dev is None:
+        return (nbytes + compressed) / target.dram_bytes_per_s
+    return dev.launch_seconds + (nbytes + compressed) / dev.memory_bytes_per_s
+
+
+def compressible(storage: Storage, fmt: CompressFormat) -> bool:
+    """Floating tensors wider than the format."""
+    dt = storage.root.dtype
+    return dt.kind == "f" and dt.itemsize > fmt.itemsize
+
+
+class BudgetPlanner:
+    """The greedy planner of the module doc; :meth:`plan` returns the evictions."""
+
+    def __init__(self, program: Program, target: Target, settings: MemorySettings, budget: int):
+        self.program = program
+        self.target = target
+        self.settings = settings
+        self.budget = int(budget)
+        self.fmt = compress_format(settings.compress_format)
+        n = program.num_steps
+        self.durations = np.array([node_seconds(c, COMPUTE, target) for c in program.compute], dtype=np.float64)
+        self.extra = np.zeros(n, dtype=np.float64)
+        self._times()
+        profile = step_profile(program)
+        self.memory = profile.memory.astype(np.int64).copy()
+        self.base = profile.intervals
+        self.gaps = use_gaps(program, profile.intervals)
+        self.plans: dict[Storage, Eviction] = {}
+        self.d2h, self.h2d = LinkTimeline(), LinkTimeline()
+        self._swap_key: dict[Storage, int] = {}
+        self._restore_key: dict[tuple[Storage, int], int] = {}
+        self._order = sorted(self.gaps.values(), key=lambda u: -u.nbytes)
+        self._lo = np.array([int(u.points[0]) for u in self._order], dtype=np.int64)
+        self._hi = np.array([u.end for u in self._order], dtype=np.int64)
+        self.rounds = 0
+
+    # -- time helpers ------------------------------------------------------------------
+    def _times(self) -> None:
+        self.S = np.concatenate([[0.0], np.cumsum(self.durations + self.extra)])
+
+    def _first_step_from(self, t: float) -> int:
+        """The first step starting at or after ``t`` (``n`` if none)."""
+        return int(np.searchsorted(self.S[:-1], t - 1e-15, side="left"))
+
+    def _last_step_ending_by(self, t: float) -> int:
+        """The last step ending at or before ``t`` (-1 if none)."""
+        return int(np.searchsorted(self.S[1:], t + 1e-15, side="right")) - 1
+
+    def _modes(self, u: UseGaps) -> list[str]:
+        plan = self.plans.get(u.storage)
+        if plan is not None:
+            return [plan.mode]
+        red = self.settings.reduction
+        can = compressible(u.storage, self.fmt)
+        if red == SWAP:
+            return [SWAP]
+        if red == COMPRESS:
+            return [COMPRESS] if can else []
+        if red == BOTH:
+            return [BOTH] if can else [SWAP]
+        return [SWAP, COMPRESS, BOTH] if can else [SWAP]
+
+    # -- one candidate -----------------------------------------------------------------
+    def _relief(self, old: list, new: list) -> float:
+        lo = min(a for a, _, _ in old + new)
+        hi = max(b for _, b, _ in old + new)
+        seg = self.memory[lo:hi + 1].copy()
+        before = float(np.maximum(seg - self.budget, 0).sum())
+        for a, b, x in old:
+            seg[a - lo:b - lo + 1] -= x
+        for a, b, x in new:
+            seg[a - lo:b - lo + 1] += x
+        return before - float(np.maximum(seg - self.budget, 0).sum())
+
+    def propose(self, u: UseGaps, gap: int, mode: str, peak: int) -> Proposal | None:
+        """Evict ``gap`` of ``u`` with ``mode`` so that step ``peak`` is relieved (or, when
+        the gap is evicted already but the storage is still live at ``peak``, move its
+        release and trigger past ``peak``); None when that relieves nothing."""
+        st = u.storage
+        old = self.plans.get(st)
+        if old is not None and old.mode != mode:
+            return None
+        tighten = old is not None and gap in old.gaps
+        gaps = sorted((old.gaps if old else []) + ([] if tighten else [gap]))
+        j = gaps.index(gap)
+        fmt = self.fmt if mode != SWAP else None
+        ev = Eviction(u, mode, fmt, gaps, release=old.release if old else 0,
+                      triggers=list(old.triggers) if old else [],
+                      swap_slot=old.swap_slot if old else (0.0, 0.0),
+                      swap_anchor=old.swap_anchor if old else 0,
+                      restore_slots=list(old.restore_slots) if old else [])
+        lo, hi = u.lo(gap), u.hi(gap)
+        first_gap = j == 0 and not tighten
+        stall = link = 0.0
+        added: dict[int, float] = {}
+        small = ev.compressed_bytes()
+        moved = u.nbytes if mode == SWAP else small
+        slot = None
+        if mode != SWAP and not tighten:
+            t = compress_seconds(u.nbytes, small, self.target)
+            added[hi] = t
+            if old is None:
+                added[lo] = added.get(lo, 0.0) + t
+        if mode in (SWAP, BOTH):
+            length = copy_seconds(moved, self.target)
+            if first_gap:
+                t0 = self.S[int(u.points[0]) + 1] if mode == SWAP else self.S[lo + 1] + added.get(lo, 0.0)
+                xs, xe = self.d2h.earliest(t0, length, exclude=st)
+                ev.release, ev.swap_slot = max(lo + 1, self._first_step_from(xe)), (xs, xe)
+                ev.swap_anchor = max(int(u.points[0]) if mode == SWAP else lo,
+                                     min(self._last_step_ending_by(xs), ev.release - 1))
+                link += length
+            if j == 0 and ev.release > peak:
+                stall += max(0.0, ev.swap_slot[1] - self.S[peak])
+                ev.release = peak
+                ev.swap_anchor = min(ev.swap_anchor, peak - 1)
+            if not tighten or ev.triggers[j] <= peak:
+                lower = max(ev.swap_slot[1], self.S[lo + 1])
+                slot = None if tighten else self.h2d.latest(lower, self.S[hi], length)
+                q = min(hi - 1, self._last_step_ending_by(slot[0])) if slot else -1
+                if q < peak + 1:
+                    if peak + 1 > hi - 1:
+                        return None
+                    slot = self.h2d.earliest(max(lower, self.S[peak + 2]), length,
+                                             exclude=(st, gap) if tighten else None)
+                    q = max(peak + 1, min(hi - 1, self._last_step_ending_by(slot[0])))
+                    stall += max(0.0, slot[1] - self.S[hi])
+                link += length
+                if tighten:
+                    ev.triggers[j], ev.restore_slots[j] = q, slot
+                else:
+                    ev.triggers.insert(j, q)
+                    ev.restore_slots.insert(j, slot)
+        old_iv = old.intervals() if old else [(self.base[st][0], self.base[st][1], u.nbytes)]
+        score = self._relief(old_iv, ev.intervals())
+        if score <= 0:
+            return None
+        cost = stall + sum(added.values()) + self.settings.link_weight * link
+        return Proposal(ev, gap, first_gap and mode != COMPRESS, slot, score, cost, added)
+
+    def commit(self, p: Proposal) -> None:
+        """Apply a proposal: memory, bookings, added compute time."""
+        ev, st = p.eviction, p.eviction.storage
+        old = self.plans.get(st)
+        old_iv = old.intervals() if old else [(self.base[st][0], self.base[st][1], ev.uses.nbytes)]
+        for a, b, x in old_iv:
+            self.memory[a:b + 1] -= x
+        for a, b, x in ev.intervals():
+            self.memory[a:b + 1] += x
+        if p.new_swap:
+            if st in self._swap_key:
+                self.d2h.cancel(self._swap_key[st])
+            self._swap_key[st] = self.d2h.book(*ev.swap_slot, st)
+        if p.restore_slot is not None:
+            key = (st, p.gap)
+            if key in self._restore_key:
+                self.h2d.cancel(self._restore_key[key])
+            self._restore_key[key] = self.h2d.book(*p.restore_slot, key)
+        self.plans[st] = ev
+        if p.compute_added:
+            for k, t in p.compute_added.items():
+                self.extra[k] += t
+            self._times()
+
+    # -- the loop ----------------------------------------------------------------------
+    def candidates_at(self, peak: int) -> list[UseGaps]:
+        """The largest storages live at ``peak`` with ``peak`` strictly inside a gap that
+        is not yet evicted."""
+        idx = np.nonzero((self._lo < peak) & (self._hi > peak))[0]
+        out = []
+        for k in idx:
+            u = self._order[k]
+            gap = u.gap_at(peak)
+            if gap is None:
+                continue
+            plan = self.plans.get(u.storage)
+            if plan is not None and not any(a <= peak <= b for a, b, _ in plan.intervals()):
+                continue
+            out.append(u)
+            if len(out) >= self.settings.candidates:
+                break
+        return out
+
+    def plan(self) -> list[Eviction]:
+        """Evictions that bring every step under the budget.
+
+        Raises:
+            PlanError: the peak step keeps more than the budget whatever is evicted.
+        """
+        while self.memory.size and int(self.memory.max()) > self.budget:
+            peak = int(np.argmax(self.memory))
+            best = None
+            for u in self.candidates_at(peak):
+                gap = u.gap_at(peak)
+                for mode in self._modes(u):
+                    p = self.propose(u, gap, mode, peak)
+                    if p is None:
+                        continue
+                    key = ((p.cost + 1e-12) / p.score, -p.score)
+                    if best is None or key < best[0]:
+                        best = (key, p)
+            if best is None:
+                node = self.program.compute[peak]
+                raise PlanError(f"no plan fits the budget of {self.budget:,} bytes: at step {peak} "
+                                f"('{node.name}', {node.op_type}) {int(self.memory[peak]):,} bytes stay live "
+                                "and nothing left there can be evicted")
+            self.commit(best[1])
+            self.rounds += 1
+        return [replace(ev) for ev in self.plans.values()]

@@ -1,0 +1,165 @@
+"""Rewrite a graph with its evictions: reduction and restore nodes, control edges, order.
+
+For each :class:`~corefold.passes.memory.evictions.Eviction` of a storage with root ``r``:
+
+* swap: ``SwapOut(r) -> r.host`` and, per later cluster ``j``, ``SwapIn(r.host) -> r.host.inJ``;
+* compress: ``Compress(r) -> r.F[, r.scale]`` and ``Decompress(r.F[, r.scale]) -> r.rJ``;
+* both: ``Compress``, ``SwapOut`` of its outputs, and per cluster ``SwapIn`` then
+  ``Decompress``;
+
+all in domain ``corefold.memory`` (kernels: ``corefold.executor.kernels.memory``). Reads of
+cluster ``j`` take the restored value, or a replay of the view chain from it when they
+read a view of ``r``. Control edges (SPEC M2 §5): ``SwapOut =>`` the first node of the
+release step (serialization), the last node of the trigger step ``=> SwapIn`` (prefetch),
+and with ``serialize_restores`` the first reader of the previous restore ``=>`` the next
+restore when that reader comes earlier than the next restore's.
+
+File order: per compute step ``k`` of the original order, the decompressions and replayed
+views for step ``k``, the step's node, the compressions after it, then the copies issued
+after it in booking order (so each copy stream takes its copies in the planned order);
+then a stable topological sort. Every new edge points from an earlier group to a later
+one, so the graph stays acyclic. O(V + E + inserted nodes).
+"""
+
+from __future__ import annotations
+
+from corefold.ir import Graph, Node, Value
+from corefold.ir.domains import MEMORY_DOMAIN
+from corefold.passes.memory.evictions import BOTH, COMPRESS, SWAP, Eviction
+from corefold.passes.memory.program import Program
+
+
+class _Builder:
+    """Nodes to insert, grouped by the compute step they go with."""
+
+    def __init__(self, graph: Graph, program: Program):
+        self.graph = graph
+        self.program = program
+        n = program.num_steps
+        self.pre: list[list[Node]] = [[] for _ in range(n)]
+        self.post: list[list[Node]] = [[] for _ in range(n)]
+        self.copies: list[list[tuple[float, int, Node]]] = [[] for _ in range(n)]
+        self.release: list[tuple[Node, int]] = []
+        self.prefetch: list[tuple[Node, int]] = []
+        self.restores: list[tuple[int, float, Node, int]] = []  # (trigger, slot start, SwapIn, first read)
+
+    def value(self, base: str, like: Value, dtype=None, shape=None) -> Value:
+        name = self.graph.fresh_name(base)
+        self.graph._names.discard(name)  # noqa: SLF001 - add_node claims it again
+        return Value(name, like.shape if shape is None else shape, like.dtype if dtype is None else dtype)
+
+    def node(self, op: str, inputs: list[Value], outputs: list[Value], attrs: dict, name: str,
+             meta: dict) -> Node:
+        n = Node(op, inputs, outputs, attrs, name=name, domain=MEMORY_DOMAIN)
+        n.meta.update(meta)
+        return self.graph.add_node(n)
+
+    def copy(self, anchor: int, start: float, node: Node) -> None:
+        self.copies[anchor].append((start, len(self.graph), node))
+
+
+def apply_evictions(graph: Graph, program: Program, evictions: list[Eviction],
+                    serialize_restores: bool = False) -> dict[str, int]:
+    """Rewrite ``graph`` (whose :class:`~corefold.passes.memory.program.Program` is
+    ``program``, built before any change) in place.
+
+    Returns counts: reductions, restores, nodes added, and the bytes swapped out and
+    compressed (once per reduction).
+    """
+    b = _Builder(graph, program)
+    stats = {"reductions": 0, "restores": 0, "swapped_bytes": 0, "compressed_bytes": 0}
+    for ev in evictions:
+        _build(b, ev, stats)
+    order: list[Node] = []
+    first: list[Node] = []
+    last: list[Node] = []
+    for k, node in enumerate(program.compute):
+        group = b.pre[k] + [node] + b.post[k]
+        first.append(group[0])
+        last.append(group[-1])
+        order += group
+        order += [c for _, _, c in sorted(b.copies[k], key=lambda t: (t[0], t[1]))]
+    graph.reorder(order)
+    for x, s in b.release:
+        graph.add_control_edge(x, first[s])
+    for node, q in b.prefetch:
+        graph.add_control_edge(last[q], node)
+    if serialize_restores:
+        ordered = sorted(b.restores, key=lambda r: (r[0], r[1]))
+        for (_, _, _, first_prev), (_, _, restore, first_read) in zip(ordered, ordered[1:], strict=False):
+            if first_prev < first_read:
+                graph.add_control_edge(first[first_prev], restore)
+    graph.sort()
+    stats["nodes_added"] = len(graph) - len(program.order)
+    return stats
+
+
+def _build(b: _Builder, ev: Eviction, stats: dict[str, int]) -> None:
+    st, u = ev.storage, ev.uses
+    r = st.root
+    base = r.name
+    lo1 = u.lo(ev.gaps[0])
+    meta = {"memory": "reduce", "of": base}
+    stats["reductions"] += 1
+    reduced: list[Value] = [r]
+    if ev.mode in (COMPRESS, BOTH):
+        fmt = ev.fmt
+        outs = [b.value(f"{base}.{fmt.name}", r, dtype=fmt.dtype)]
+        if fmt.scale_max:
+            outs.append(b.value(f"{base}.scale", r, dtype="float32", shape=()))
+        b.post[lo1].append(b.node("Compress", [r], outs, {"format": fmt.name}, f"compress_{base}", meta))
+        reduced = outs
+        stats["compressed_bytes"] += st.nbytes
+    host: list[Value] = reduced
+    if ev.mode in (SWAP, BOTH):
+        host = [b.value(f"{v.name}.host", v) for v in reduced]
+        x = b.node("SwapOut", list(reduced), host, {}, f"swap_out_{base}", meta)
+        low = lo1 if ev.mode == BOTH else int(u.points[0])
+        anchor = max(low, min(ev.swap_anchor, ev.release - 1, min(ev.triggers)))
+        b.copy(anchor, ev.swap_slot[0], x)
+        b.release.append((x, ev.release))
+        stats["swapped_bytes"] += sum(v.nbytes for v in reduced)
+    for j, gap in enumerate(ev.gaps):
+        first = u.hi(gap)
+        rmeta = {"memory": "restore", "of": base}
+        back = reduced
+        if ev.mode in (SWAP, BOTH):
+            back = [b.value(f"{v.name}.in{j + 1}", v) for v in host]
+            s_in = b.node("SwapIn", host, back, {}, f"swap_in_{base}_{j + 1}", rmeta)
+            q = ev.triggers[j]
+            b.copy(q, ev.restore_slots[j][0], s_in)
+            b.prefetch.append((s_in, q))
+            b.restores.append((q, ev.restore_slots[j][0], s_in, first))
+        full = back[0]
+        if ev.mode in (COMPRESS, BOTH):
+            full = b.value(f"{base}.r{j + 1}", r)
+            b.pre[first].append(b.node("Decompress", back, [full], {"format": ev.fmt.name, "to": r.dtype.name},
+                                       f"decompress_{base}_{j + 1}", rmeta))
+        stats["restores"] += 1
+        _rewire_cluster(b, ev, j, full, first)
+
+
+def _rewire_cluster(b: _Builder, ev: Eviction, j: int, full: Value, first: int) -> None:
+    """Point the reads of the cluster after evicted gap ``j`` at ``full``, replaying the
+    view chain from it for reads of views (the replays go with the cluster's first step)."""
+    program = b.program
+    st, u = ev.storage, ev.uses
+    last = u.cluster_last(ev.gaps, j + 1)
+    rebuilt: dict[int, Value] = {id(st.root): full}
+
+    def rebuild(m: Value) -> Value:
+        if id(m) not in rebuilt:
+            node = m.producer
+            parent = rebuild(node.inputs[0])
+            out = b.value(f"{m.name}.r{j + 1}", m)
+            clone = Node(node.op_type, [parent] + list(node.inputs[1:]), [out], dict(node.attrs),
+                         name=f"{node.name}_r{j + 1}", domain=node.domain)
+            clone.meta.update(node.meta)
+            b.pre[first].append(b.graph.add_node(clone))
+            rebuilt[id(m)] = out
+        return rebuilt[id(m)]
+
+    for node, index, member in st.uses():
+        k = program.step.get(node)
+        if k is not None and first <= k <= last:
+            node.replace_input(index, rebuild(member))
