@@ -41,8 +41,11 @@ from corefold.pipeline import EXACT, Equivalence, PassResult
 from corefold.settings import preset
 from corefold.target import Target
 
-#: Output SQNR the pass promises per compression format (its debug-mode equivalence).
-COMPRESS_SQNR_DB = {"fp16": 40.0, "bf16": 25.0, "fp8": 12.0, "int8": 15.0}
+#: Output SQNR per compression format for the pass's debug-mode equivalence. Only each
+#: compressed tensor's error has a proven bound (corefold.executor.kernels.memory); these
+#: output figures are empirical (the test MLP gives fp16 >= 83 dB, bf16 >= 65, fp8 >= 41,
+#: int8 >= 14: int8 flips the sign of pre-ReLU values near zero, which masks move).
+COMPRESS_SQNR_DB = {"fp16": 40.0, "bf16": 25.0, "fp8": 15.0, "int8": 10.0}
 
 
 class BudgetError(CapacityError):
