@@ -44,6 +44,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("run", "corefold.cli.run", "run a model on corefold's reference executor (and check against ONNX Runtime)"),
     ("quantize", "corefold.cli.quantize", "range-aware post-training quantization to a QDQ ONNX model"),
     ("split", "corefold.cli.split", "cut operators whose data exceeds a core's memory into same-type pieces"),
+    ("swap", "corefold.cli.swap", "fit a graph into a device memory budget by swapping and compressing tensors"),
     ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
     ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
     ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),

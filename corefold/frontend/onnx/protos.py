@@ -24,6 +24,9 @@ ONNX_TO_NUMPY: dict[int, np.dtype] = {
 # 4-bit integers (opset 21) as ml_dtypes' int4/uint4, which onnx itself depends on
 ONNX_TO_NUMPY[TensorProto.INT4] = np.dtype(ml_dtypes.int4)
 ONNX_TO_NUMPY[TensorProto.UINT4] = np.dtype(ml_dtypes.uint4)
+# 16-bit brain float and 8-bit e4m3 float: the memory pass's compressed forms (opset 19+)
+ONNX_TO_NUMPY[TensorProto.BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
+ONNX_TO_NUMPY[TensorProto.FLOAT8E4M3FN] = np.dtype(ml_dtypes.float8_e4m3fn)
 NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
 
 #: (op_type, attribute) pairs whose value is an element type: NumPy dtype names in the IR.
