@@ -151,8 +151,8 @@ class Eviction:
 def use_gaps(program: Program, intervals: dict[Storage, tuple[int, int]]) -> dict[Storage, UseGaps]:
     """The points and gaps of every storage a plan may evict: on the device, not
     resident, not a graph output, with at least one gap that has a step strictly inside it, and whose views
-    can be rebuilt from a restored copy (view nodes with no other non-constant input; no
-    in-place writer). O(V + E)."""
+    can be rebuilt from a restored copy (single-output view nodes with no other non-constant
+    input; no in-place writer). O(V + E)."""
     out: dict[Storage, UseGaps] = {}
     for s, (_, end) in intervals.items():
         if s.host or s.resident or s.output or program.stream[s.root.producer] != COMPUTE:
@@ -174,7 +174,7 @@ def use_gaps(program: Program, intervals: dict[Storage, tuple[int, int]]) -> dic
 def _rebuildable(s: Storage) -> bool:
     for m in s.members[1:]:
         node = m.producer
-        if node is None or not is_view(node) or node.meta.get("inplace"):
+        if node is None or not is_view(node) or node.meta.get("inplace") or len(node.outputs) != 1:
             return False
         if any(v is not None and not v.is_constant for v in node.inputs[1:]):
             return False

@@ -8,7 +8,8 @@ topological order restricted to compute nodes; the compute node at position ``i`
 
 Memory is held by *storages*. A value is its own storage unless its producer only
 reinterprets its first input (a *view*: ONNX Reshape, Flatten, Squeeze, Unsqueeze,
-Identity, or any node with ``meta["view"]``), or writes an input in place
+Identity, or any node with ``meta["view"]``, whose every output is a view), or writes an
+input in place
 (``meta["inplace"] = [[output, input], ...]``, e.g. a fused optimizer step); then it shares
 the storage of that input. A storage's bytes are its root value's; its uses are the uses
 of all its members. SwapOut outputs live in host memory; every other storage is on the
@@ -41,7 +42,7 @@ def stream_of(node: Node) -> str:
 
 
 def is_view(node: Node) -> bool:
-    """Whether ``node``'s first output is a view of its first input's storage."""
+    """Whether ``node``'s outputs are views of its first input's storage."""
     if node.domain == MEMORY_DOMAIN:
         return False
     return bool(node.meta.get("view")) or (not node.domain and node.op_type in VIEW_OPS)
@@ -49,7 +50,7 @@ def is_view(node: Node) -> bool:
 
 def storage_parent(node: Node, index: int) -> Value | None:
     """The input whose storage output ``index`` of ``node`` shares, or None (new storage)."""
-    if index == 0 and is_view(node) and node.inputs and node.inputs[0] is not None:
+    if is_view(node) and node.inputs and node.inputs[0] is not None:
         return node.inputs[0]
     for out, inp in node.meta.get("inplace", ()):
         if out == index and inp < len(node.inputs) and node.inputs[inp] is not None:

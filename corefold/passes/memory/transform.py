@@ -119,6 +119,9 @@ def _build(b: _Builder, ev: Eviction, stats: dict[str, int]) -> None:
         b.copy(anchor, ev.swap_slot[0], x)
         b.release.append((x, ev.release))
         stats["swapped_bytes"] += sum(v.nbytes for v in reduced)
+    # every read, with its cluster, and each view's source, taken before anything is rewired
+    reads = [(node, index, member) for node, index, member in st.uses() if node in b.program.step]
+    parent_of = {id(m): m.producer.inputs[0] for m in st.members[1:]}
     for j, gap in enumerate(ev.gaps):
         first = u.hi(gap)
         rmeta = {"memory": "restore", "of": base}
@@ -136,30 +139,38 @@ def _build(b: _Builder, ev: Eviction, stats: dict[str, int]) -> None:
             b.pre[first].append(b.node("Decompress", back, [full], {"format": ev.fmt.name, "to": r.dtype.name},
                                        f"decompress_{base}_{j + 1}", rmeta))
         stats["restores"] += 1
-        _rewire_cluster(b, ev, j, full, first)
+        _rewire_cluster(b, ev, j, full, first, reads, parent_of)
 
 
-def _rewire_cluster(b: _Builder, ev: Eviction, j: int, full: Value, first: int) -> None:
-    """Point the reads of the cluster after evicted gap ``j`` at ``full``, replaying the
-    view chain from it for reads of views (the replays go with the cluster's first step)."""
-    program = b.program
-    st, u = ev.storage, ev.uses
-    last = u.cluster_last(ev.gaps, j + 1)
+def _rewire_cluster(b: _Builder, ev: Eviction, j: int, full: Value, first: int, reads: list,
+                    parent_of: dict[int, Value]) -> None:
+    """Point the reads of the cluster after evicted gap ``j`` (steps ``first..last``) at
+    ``full``. A read of a view takes a replay of the view chain from ``full`` (the replays go
+    with the cluster's first step), unless the view's own node is in the cluster: it is
+    rewired itself, so its output already views ``full``."""
+    program, st = b.program, ev.storage
+    last = ev.uses.cluster_last(ev.gaps, j + 1)
     rebuilt: dict[int, Value] = {id(st.root): full}
+
+    def in_cluster(node) -> bool:
+        k = program.step.get(node)
+        return k is not None and first <= k <= last
 
     def rebuild(m: Value) -> Value:
         if id(m) not in rebuilt:
             node = m.producer
-            parent = rebuild(node.inputs[0])
-            out = b.value(f"{m.name}.r{j + 1}", m)
-            clone = Node(node.op_type, [parent] + list(node.inputs[1:]), [out], dict(node.attrs),
-                         name=f"{node.name}_r{j + 1}", domain=node.domain)
-            clone.meta.update(node.meta)
-            b.pre[first].append(b.graph.add_node(clone))
-            rebuilt[id(m)] = out
+            if in_cluster(node):
+                rebuilt[id(m)] = m
+            else:
+                parent = rebuild(parent_of[id(m)])
+                out = b.value(f"{m.name}.r{j + 1}", m)
+                clone = Node(node.op_type, [parent] + list(node.inputs[1:]), [out], dict(node.attrs),
+                             name=f"{node.name}_r{j + 1}", domain=node.domain)
+                clone.meta.update(node.meta)
+                b.pre[first].append(b.graph.add_node(clone))
+                rebuilt[id(m)] = out
         return rebuilt[id(m)]
 
-    for node, index, member in st.uses():
-        k = program.step.get(node)
-        if k is not None and first <= k <= last:
+    for node, index, member in reads:
+        if in_cluster(node):
             node.replace_input(index, rebuild(member))

@@ -1,0 +1,33 @@
+"""PyTorch training steps into the IR (the ``torch`` extra): forward and backward joint
+graphs traced by ``torch._functorch.aot_autograd`` under ``FakeTensorMode``, with no GPU,
+no real weights and nothing fetched.
+
+``load_torch("torchvision:resnet50", batch=32)`` gives the IR of one training step;
+``trace`` builds and traces it, ``importer`` converts the aten graph, ``optimizer`` adds an
+SGD or Adam step, and ``interpret`` runs an imported graph with PyTorch's own aten
+operators (to check transformed graphs against the original).
+"""
+
+from corefold.frontend.torch.importer import from_joint
+from corefold.frontend.torch.optimizer import add_optimizer
+from corefold.frontend.torch.trace import build_step, trace_spec, trace_step
+
+
+def load_torch(spec: str, batch: int | None = None, seq: int | None = None, optimizer: str = "none"):
+    """The IR graph of one training step of ``spec`` (see :mod:`corefold.frontend.torch.trace`).
+
+    ``optimizer``: ``none`` (the gradients are outputs), ``sgd`` or ``adam`` (an in-place
+    step per parameter; Adam's two moment tensors are inputs and count in memory).
+
+    Raises:
+        CorefoldError: a bad spec or size; ModelError: PyTorch cannot trace it;
+            UnsupportedOpError: an operator or dtype the IR cannot hold.
+    """
+    traced = trace_spec(spec, batch, seq)
+    graph = from_joint(traced.gm, traced.input_names, traced.output_names)
+    graph.name = spec.replace(":", "_").replace("-", "_")
+    graph.metadata["corefold.torch"] = spec
+    return add_optimizer(graph, optimizer)
+
+
+__all__ = ["load_torch", "from_joint", "trace_spec", "trace_step", "build_step", "add_optimizer"]
