@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         with atomic_output(args.profile) as tmp:
             draw_profile(result.before.timed, result.after.timed, tmp, name=source, budget=r["budget"])
     if args.export_policy:
-        from corefold.frontend.torch.policy import write_policy
+        from corefold.passes.memory.policy import write_policy
 
         with atomic_output(args.export_policy) as tmp:
             write_policy(result, tmp)

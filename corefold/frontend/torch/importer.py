@@ -91,6 +91,7 @@ class _Importer:
         self.values: dict[Any, Value] = {}              # fx node -> value (single tensor)
         self.multi: dict[Any, dict[int, Value]] = {}    # fx node -> tuple index -> value
         self.consts = 0
+        self.out_name: dict[tuple, str] = {}  # (fx node, tuple index or None) -> output name
 
     def const(self, data: np.ndarray, name: str) -> Value:
         self.consts += 1
@@ -102,9 +103,16 @@ class _Importer:
         return self.values[x]
 
     def run(self) -> Graph:
+        import operator
+
         fx_nodes = list(self.gm.graph.nodes)
         out_node = next(n for n in fx_nodes if n.op == "output")
         forward = _ancestors(out_node.args[0][0])
+        for x, name in zip(out_node.args[0], self.output_names, strict=False):
+            if x is None or x.op != "call_function":
+                continue
+            key = (x.args[0], x.args[1]) if x.target is operator.getitem else (x, None)
+            self.out_name.setdefault(key, name)
         for n in fx_nodes:
             if n.op == "placeholder":
                 val = n.meta["val"]
@@ -119,7 +127,7 @@ class _Importer:
             if x is None:
                 continue
             v = self.value(x)
-            if v in outs or v.producer is None:
+            if v in outs or v.producer is None or v.name != name:
                 ident = self.graph.make_node("Identity", [v], name=f"out_{name}", output_names=[name])
                 ident.outputs[0].shape, ident.outputs[0].dtype = v.shape, v.dtype
                 ident.meta.update({"view": True, "phase": "backward", "aten": "aten.alias.default",
@@ -153,8 +161,8 @@ class _Importer:
         op_type, domain, ir_inputs, attrs, fx_inputs = spec
         outs = []
         for index, fake in produced:
-            v = Value(self.graph.fresh_name(f"{n.name}.out" if index is None else f"{n.name}.{index}"),
-                      tuple(fake.shape), numpy_dtype(fake.dtype))
+            name = self.out_name.get((n, index)) or (f"{n.name}.out" if index is None else f"{n.name}.{index}")
+            v = Value(self.graph.fresh_name(name), tuple(fake.shape), numpy_dtype(fake.dtype))
             self.graph._names.discard(v.name)  # noqa: SLF001 - add_node claims it
             outs.append((index, v))
         node = Node(op_type, ir_inputs, [v for _, v in outs], attrs, name=n.name, domain=domain)
@@ -215,6 +223,8 @@ def _aten_attrs(n) -> dict:
 
 
 # -- ONNX forms ------------------------------------------------------------------------------
+# A form returns (op_type, domain, IR inputs, attributes, the fx nodes of the IR inputs in
+# the same order: meta["args"] refers to IR input k as {"t": k}).
 def _plain(op: str, arity: int = 1, **fixed):
     def form(imp: _Importer, n):
         xs = list(n.args[:arity])
@@ -263,7 +273,7 @@ def _addmm(imp: _Importer, n):
     if n.kwargs:
         return None
     bias, a, b = n.args[:3]
-    return "Gemm", "", [imp.value(a), imp.value(b), imp.value(bias)], {}, [bias, a, b]
+    return "Gemm", "", [imp.value(a), imp.value(b), imp.value(bias)], {}, [a, b, bias]
 
 
 def _softmax(op: str):

@@ -149,15 +149,16 @@ def trace_step(model: torch.nn.Module, inputs: list, input_names: list[str], los
         names[ph] = user
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     grads = sig.backward_signature.gradients_to_parameters if sig.backward_signature else {}
+    user = {name: ("loss" if i == 0 else f"out{i}") for i, name in enumerate(sig.user_outputs)}
     out_names = []
-    for x in out_node.args[0]:
+    for i, x in enumerate(out_node.args[0]):
         key = getattr(x, "name", None)
         if key in grads:
             out_names.append(f"grad.{first_name[grads[key]]}")
         elif key in sig.buffers_to_mutate:
             out_names.append(f"new.{first_name[sig.buffers_to_mutate[key]]}")
         else:
-            out_names.append("loss" if not out_names else f"out{len(out_names)}")
+            out_names.append(user.get(key, f"out{i}"))
     params = [first_name[k] for k in sig.parameters]
     return Traced(gm, sig, names, out_names, params)
 
