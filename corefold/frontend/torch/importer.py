@@ -10,7 +10,8 @@ by :mod:`corefold.cost.aten`, with no kernel. Aten views (view, t, permute, expa
 ...) get ``meta["view"]``: they share their input's memory. Each node also keeps
 ``meta["aten"]`` (the overload) and ``meta["args"]`` (its arguments with ``{"t": k}`` for
 IR input ``k``) so that :mod:`corefold.frontend.torch.interpret` can run the graph with
-PyTorch, and ``meta["phase"]``: ``forward`` for the loss's ancestors, else ``backward``.
+PyTorch, and ``meta["phase"]``: ``forward`` for the ancestors of the loss and of the buffer
+updates, else ``backward``.
 
 Placeholders become graph inputs named after the parameters, buffers and user inputs;
 outputs are the loss, the mutated buffers and the gradients (``grad.<parameter>``). O(V + E).
@@ -107,7 +108,11 @@ class _Importer:
 
         fx_nodes = list(self.gm.graph.nodes)
         out_node = next(n for n in fx_nodes if n.op == "output")
-        forward = _ancestors(out_node.args[0][0])
+        # the forward phase: what the loss and the buffer updates need (not the gradients)
+        forward: set = set()
+        for x, name in zip(out_node.args[0], self.output_names, strict=False):
+            if x is not None and not name.startswith("grad."):
+                forward |= _ancestors(x)
         for x, name in zip(out_node.args[0], self.output_names, strict=False):
             if x is None or x.op != "call_function":
                 continue
@@ -341,7 +346,7 @@ def from_joint(gm, input_names: dict[str, str], output_names: list[str]) -> Grap
         gm: an ``fx.GraphModule`` from ``aot_export_module(..., trace_joint=True)`` whose
             placeholders and nodes carry fake tensors in ``meta["val"]``.
         input_names: placeholder name -> graph input name.
-        output_names: a name per output (the loss first).
+        output_names: a name per output; gradients are named ``grad.*``.
 
     Raises:
         UnsupportedOpError: a node that is not an aten operator, or an argument or dtype
