@@ -11,16 +11,17 @@ compressed bytes, an :class:`Eviction` holds, in compute steps (SPEC M2 §6's pr
 =========  ====================================================================
 mode       live ranges
 =========  ====================================================================
-swap       original ``[p, s-1]``; copy ``j``: ``[q_j, last_j]``
+swap       original ``[p, s-1]``; copy ``j``: ``[q_j + 1, last_j]``
 compress   original ``[p, lo_1]``; compressed ``[lo_1, first_J]``; copy ``j``:
            ``[first_j, last_j]``
 both       original ``[p, lo_1]``; compressed ``[lo_1, s-1]``; restored compressed
-           ``j``: ``[q_j, first_j]``; copy ``j``: ``[first_j, last_j]``
+           ``j``: ``[q_j + 1, first_j]``; copy ``j``: ``[first_j, last_j]``
 =========  ====================================================================
 
 where ``s`` is the *release* step (the SwapOut must end before step ``s`` starts: the
 seed's serialization edge [001 §110]), ``q_j`` the *trigger* of restore ``j`` (it may
-start once step ``q_j`` ends: the prefetch edge [001 §111]), ``first_j`` and ``last_j`` the
+start once step ``q_j`` ends, and once the SwapOuts released at ``q_j + 1`` are done: the
+prefetch edge [001 §111]), ``first_j`` and ``last_j`` the
 cluster's first and last reads (``last`` is the final step for a graph output). Compress
 runs on the compute stream right after ``lo_1``; decompress right before ``first_j``.
 These ranges are exactly what :func:`corefold.passes.memory.memsim.step_profile` gives
@@ -140,11 +141,11 @@ class Eviction:
         for j in range(len(g)):
             first, last = self.first(j), u.cluster_last(g, j + 1)
             if self.mode == SWAP:
-                out.append((self.triggers[j], last, big))
+                out.append((self.triggers[j] + 1, last, big))
             elif self.mode == COMPRESS:
                 out.append((first, last, big))
             else:
-                out += [(self.triggers[j], first, small), (first, last, big)]
+                out += [(self.triggers[j] + 1, first, small), (first, last, big)]
         return out
 
 

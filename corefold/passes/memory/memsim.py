@@ -4,9 +4,12 @@
 (:mod:`corefold.passes.memory.program`) is live on a closed range of compute steps
 ``[a, b]``:
 
-* ``a`` is its producer's step; for a ``SwapIn`` output, the step of the SwapIn's latest
-  compute predecessor (over data and control edges, through copy nodes), since the copy
-  may start as soon as that step ends (0 if it has none);
+* ``a`` is its producer's step; for a ``SwapIn`` output, the step ``q`` of the SwapIn's
+  latest compute predecessor (its trigger; over data and control edges, through copy
+  nodes), or ``q + 1`` when every SwapOut that step ``q + 1`` waits for is also a
+  predecessor of the SwapIn: the copy may start as soon as step ``q`` ends, but then only
+  once those SwapOuts have freed their tensors, so it never coexists with them in the gap
+  before step ``q + 1`` (0 if it has no compute predecessor);
 * ``b`` is its last compute use's step; a read by a ``SwapOut`` lasts until the step
   before the first compute node that must wait for that SwapOut (its first compute
   successor, through copy nodes; the last step if none); a graph output lives to the end.
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corefold.passes.memory.program import COMPUTE, Program, Storage
+from corefold.passes.memory.program import COMPUTE, D2H, Program, Storage
 
 
 @dataclass
@@ -82,12 +85,20 @@ def step_intervals(program: Program) -> dict[Storage, tuple[int, int]]:
     """Live step range ``[a, b]`` of every non-resident device storage (see the module doc)."""
     n = program.num_steps
     after, before = copy_windows(program)
+    waited: dict[int, set] = {}  # step -> the SwapOuts it is the first compute node to wait for
+    for node, lst in before.items():
+        if program.stream[node] == D2H:
+            waited.setdefault(lst, set()).add(node)
     out: dict[Storage, tuple[int, int]] = {}
     for s in program.storages.values():
         if s.resident or s.host:
             continue
         prod = s.root.producer
-        a = program.step[prod] if program.stream[prod] == COMPUTE else max(after[prod], 0)
+        if program.stream[prod] == COMPUTE:
+            a = program.step[prod]
+        else:
+            q = after[prod]
+            a = q + 1 if q >= 0 and waited.get(q + 1, set()) <= set(prod.predecessors()) else max(q, 0)
         b = a
         for node, _, _ in s.uses():
             if program.stream[node] == COMPUTE:

@@ -3,8 +3,8 @@
 Let ``M(i)`` be the bytes live at compute step ``i`` (:mod:`~corefold.passes.memory.memsim`)
 and ``X = sum_i max(0, M(i) - budget)`` the excess. Each round takes the peak step ``i*``,
 and among the ``candidates`` largest storages live there but not read there (``i*``
-strictly inside one of their use gaps, :mod:`~corefold.passes.memory.evictions`), every
-allowed reduction of that gap. For a choice ``c`` with excess drop ``dX(c) > 0`` it
+strictly inside one of their use gaps, :mod:`~corefold.passes.memory.evictions`; the next
+``candidates`` when none of these helps), every allowed reduction of that gap. For a choice ``c`` with excess drop ``dX(c) > 0`` it
 books its copies on the link timelines (:mod:`~corefold.passes.memory.links`) against the
 stall-free compute times ``S`` (prefix sums of the cost model's op times):
 
@@ -13,8 +13,9 @@ stall-free compute times ``S`` (prefix sums of the cost model's op times):
 * the SwapIn takes the latest free h2d slot that ends by the first read ``S(hi)``; its
   trigger ``q`` is the last step ending before the slot starts (the restore's transfer
   fits in the compute between ``q`` and the read: SPEC M2's choice of Q);
-* when that does not relieve ``i*`` (``s > i*`` or ``q <= i*``), ``s = i*`` and
-  ``q >= i* + 1`` are forced and the compute stream's wait is the choice's *stall*.
+* when that does not relieve ``i*`` (``s > i*`` or ``q < i*``; the copy is live from
+  ``q + 1``), ``s = i*`` and ``q >= i*`` are forced and the compute stream's wait is the
+  choice's *stall*.
 
 ``cost(c) = stall + added compute (compress, decompress) + link_weight * link seconds``;
 the round commits ``argmin (cost + eps) / dX``, so stall-free choices go first, largest
@@ -177,16 +178,14 @@ class BudgetPlanner:
                 stall += max(0.0, ev.swap_slot[1] - self.S[peak])
                 ev.release = peak
                 ev.swap_anchor = min(ev.swap_anchor, peak - 1)
-            if not tighten or ev.triggers[j] <= peak:
+            if not tighten or ev.triggers[j] < peak:
                 lower = max(ev.swap_slot[1], self.S[lo + 1])
                 slot = None if tighten else self.h2d.latest(lower, self.S[hi], length)
                 q = min(hi - 1, self._last_step_ending_by(slot[0])) if slot else -1
-                if q < peak + 1:
-                    if peak + 1 > hi - 1:
-                        return None
-                    slot = self.h2d.earliest(max(lower, self.S[peak + 2]), length,
+                if q < peak:  # the copy is live from q + 1: it must start after step peak
+                    slot = self.h2d.earliest(max(lower, self.S[peak + 1]), length,
                                              exclude=(st, gap) if tighten else None)
-                    q = max(peak + 1, min(hi - 1, self._last_step_ending_by(slot[0])))
+                    q = max(peak, min(hi - 1, self._last_step_ending_by(slot[0])))
                     stall += max(0.0, slot[1] - self.S[hi])
                 link += length
                 if tighten:
@@ -226,23 +225,25 @@ class BudgetPlanner:
             self._times()
 
     # -- the loop ----------------------------------------------------------------------
-    def candidates_at(self, peak: int) -> list[UseGaps]:
-        """The largest storages live at ``peak`` with ``peak`` strictly inside a gap that
-        is not yet evicted."""
+    def candidates_at(self, peak: int):
+        """The storages live at ``peak`` with ``peak`` strictly inside a gap that is not yet
+        evicted (or still live inside an evicted one), largest first, in chunks of
+        ``candidates``."""
         idx = np.nonzero((self._lo < peak) & (self._hi > peak))[0]
-        out = []
+        chunk = []
         for k in idx:
             u = self._order[k]
-            gap = u.gap_at(peak)
-            if gap is None:
+            if u.gap_at(peak) is None:
                 continue
             plan = self.plans.get(u.storage)
             if plan is not None and not any(a <= peak <= b for a, b, _ in plan.intervals()):
                 continue
-            out.append(u)
-            if len(out) >= self.settings.candidates:
-                break
-        return out
+            chunk.append(u)
+            if len(chunk) >= self.settings.candidates:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
     def plan(self) -> list[Eviction]:
         """Evictions that bring every step under the budget.
@@ -253,15 +254,18 @@ class BudgetPlanner:
         while self.memory.size and int(self.memory.max()) > self.budget:
             peak = int(np.argmax(self.memory))
             best = None
-            for u in self.candidates_at(peak):
-                gap = u.gap_at(peak)
-                for mode in self._modes(u):
-                    p = self.propose(u, gap, mode, peak)
-                    if p is None:
-                        continue
-                    key = ((p.cost + 1e-12) / p.score, -p.score)
-                    if best is None or key < best[0]:
-                        best = (key, p)
+            for chunk in self.candidates_at(peak):
+                for u in chunk:
+                    gap = u.gap_at(peak)
+                    for mode in self._modes(u):
+                        p = self.propose(u, gap, mode, peak)
+                        if p is None:
+                            continue
+                        key = ((p.cost + 1e-12) / p.score, -p.score)
+                        if best is None or key < best[0]:
+                            best = (key, p)
+                if best is not None:
+                    break  # the next chunk only when nothing larger helps
             if best is None:
                 node = self.program.compute[peak]
                 raise PlanError(f"no plan fits the budget of {self.budget:,} bytes: at step {peak} "

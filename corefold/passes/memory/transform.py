@@ -82,8 +82,14 @@ def apply_evictions(graph: Graph, program: Program, evictions: list[Eviction],
     graph.reorder(order)
     for x, s in b.release:
         graph.add_control_edge(x, first[s])
+    released: dict[int, list[Node]] = {}
+    for x, s in b.release:
+        released.setdefault(s, []).append(x)
     for node, q in b.prefetch:
         graph.add_control_edge(last[q], node)
+        for x in released.get(q + 1, []):  # so the restore may count from step q + 1
+            if x not in node.predecessors():
+                graph.add_control_edge(x, node)
     if serialize_restores:
         ordered = sorted(b.restores, key=lambda r: (r[0], r[1]))
         for (_, _, _, first_prev), (_, _, restore, first_read) in zip(ordered, ordered[1:], strict=False):
