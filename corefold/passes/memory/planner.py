@@ -20,6 +20,7 @@ stall-free compute times ``S`` (prefix sums of the cost model's op times):
 ``cost(c) = stall + added compute (compress, decompress) + link_weight * link seconds``;
 the round commits ``argmin (cost + eps) / dX``, so stall-free choices go first, largest
 relief first. Every round evicts a new gap, so there are at most as many rounds as gaps;
+a final pass (:meth:`BudgetPlanner.relax`) spends what the budget leaves over on time;
 a round is O(K (R + n_seg)) for K candidates, R bookings and n_seg the steps a choice
 touches. It fails (``PlanError``) when the peak step has nothing left to evict.
 """
@@ -273,4 +274,52 @@ class BudgetPlanner:
                                 "and nothing left there can be evicted")
             self.commit(best[1])
             self.rounds += 1
+        self.relax()
         return [replace(ev) for ev in self.plans.values()]
+
+    # -- using the headroom ------------------------------------------------------------
+    def _headroom(self, a: int, b: int, nbytes: int) -> int:
+        """The largest ``k`` in ``[a - 1, b]`` such that steps ``a..k`` can take ``nbytes`` more."""
+        if a > b:
+            return b
+        over = np.nonzero(self.memory[a:b + 1] + nbytes > self.budget)[0]
+        return b if over.size == 0 else a + int(over[0]) - 1
+
+    def relax(self) -> None:
+        """Spend the budget's headroom on time: a forced release moves later (towards the
+        step its SwapOut really ends before) and a late restore earlier (towards a slot
+        that ends before its read), as far as every step stays within the budget. One pass
+        over the plans, largest first; O(E (R + n))."""
+        for ev in sorted(self.plans.values(), key=lambda e: -e.uses.nbytes):
+            if not ev.moves:
+                continue
+            st, u = ev.storage, ev.uses
+            moved = u.nbytes if ev.mode == SWAP else ev.compressed_bytes()
+            natural = min(u.hi(ev.gaps[0]), max(u.lo(ev.gaps[0]) + 1, self._first_step_from(ev.swap_slot[1])))
+            if ev.release < natural:
+                last = self._headroom(ev.release, natural - 1, moved)
+                if last >= ev.release:
+                    self.memory[ev.release:last + 1] += moved
+                    ev.release = last + 1
+            length = copy_seconds(moved, self.target)
+            for j, gap in enumerate(ev.gaps):
+                hi, q = u.hi(gap), ev.triggers[j]
+                slot = ev.restore_slots[j]
+                if slot[1] <= self.S[hi] + 1e-12:
+                    continue
+                k = q
+                while k > u.lo(gap) and self.memory[k] + moved <= self.budget:
+                    k -= 1
+                key = (st, gap)
+                lower = max(ev.swap_slot[1], self.S[k + 1])
+                better = self.h2d.latest(lower, self.S[hi], length, exclude=key)
+                if better is None:
+                    continue
+                q_new = min(hi - 1, self._last_step_ending_by(better[0]))
+                if q_new >= q or q_new < k:
+                    continue
+                self.memory[q_new + 1:q + 1] += moved
+                ev.triggers[j], ev.restore_slots[j] = q_new, better
+                if key in self._restore_key:
+                    self.h2d.cancel(self._restore_key[key])
+                self._restore_key[key] = self.h2d.book(*better, key)
