@@ -100,14 +100,18 @@ Use:
     import policy
     with policy.offload() as hooks:
         loss = step(batch)
-        loss.backward()
+    loss.backward()
     print(hooks.offloaded, hooks.offloaded_bytes)
 """
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
-#: (bytes, dtype, rank) of each saved storage to offload, with the key to prefetch after.
-OFFLOAD = {entries}
+#: Each saved storage to offload: its bytes, dtype and rank, its name in corefold's graph,
+#: and the [bytes, dtype, rank] of the saved storage after whose unpack to prefetch it.
+OFFLOAD = [
+{entries}
+]
 
 
 def _is_parameter(t):
@@ -133,14 +137,21 @@ class Offloader(torch.autograd.graph.saved_tensors_hooks):
         self.offloaded_bytes = 0
         super().__init__(self.pack, self.unpack)
 
+    def __enter__(self):
+        super().__enter__()
+        return self
+
     def _key(self, t):
+        # a storage is known by its address while it lives: an offloaded one may be freed
+        # and its address reused by a new storage, which then gets a rank of its own
         st = t.untyped_storage()
-        sid = (st.data_ptr(), st.nbytes(), t.device)
-        if sid not in self.key_of:
+        ref = StorageWeakRef(st)
+        known = self.key_of.get(ref.cdata)
+        if known is None or known[1].expired():
             cls = (st.nbytes(), str(t.dtype).replace("torch.", ""))
-            self.key_of[sid] = cls + (self.rank.get(cls, 0),)
+            known = self.key_of[ref.cdata] = (cls + (self.rank.get(cls, 0),), ref)
             self.rank[cls] = self.rank.get(cls, 0) + 1
-        return self.key_of[sid]
+        return known[0]
 
     def pack(self, t):
         if _is_parameter(t):
@@ -182,7 +193,7 @@ def offload(host_device="cpu"):
 def policy_source(graph, model: str, summary: str) -> str:
     """The text of the policy module for a transformed torch graph."""
     entries, _ = offload_entries(graph)
-    body = json.dumps(entries, indent=4).replace("null", "None")
+    body = "\n".join(f"    {json.dumps(e)}," for e in entries).replace("null", "None")
     return _TEMPLATE.format(model=model, summary=summary, count=len(entries),
                             mib=sum(e["bytes"] for e in entries) / 2**20, entries=body)
 
