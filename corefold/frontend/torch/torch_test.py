@@ -142,3 +142,26 @@ def test_tied_weights_enter_once_and_bert_traces():
     assert {"Softmax", "LayerNormalization", "Gemm", "native_dropout"} <= ops
     m = measure(graph, load_target("gpu"))
     assert m.step_peak > 0 and m.schedule.makespan > 0
+
+
+def test_policy_tells_a_reused_address_from_the_offloaded_storage(tmp_path):
+    # an offloaded storage may be freed in the forward pass and its address reused by the
+    # next tensor of the same size: that one is a different saved storage (rank 1)
+    from corefold.passes.memory.policy import render_policy
+
+    nbytes = 1 << 22  # above malloc's mmap threshold: freed to the OS, the next mapping reuses it
+    path = tmp_path / "p.py"
+    path.write_text(render_policy([{"bytes": nbytes, "dtype": "float32", "rank": 0, "name": "a", "after": None}],
+                                  "test", "test"))
+    spec = importlib.util.spec_from_file_location("corefold_test_policy2", path)
+    policy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(policy)
+    hooks = policy.offload()
+    a = torch.full((1 << 20,), 1.0)
+    packed = hooks.pack(a)
+    del a
+    # new tensors of the same size, some likely at the freed address: none is the first
+    later = [torch.full((1 << 20,), float(i)) for i in range(8)]
+    assert all(hooks.pack(t) is t for t in later)
+    assert torch.equal(hooks.unpack(packed), torch.full((1 << 20,), 1.0))
+    assert hooks.offloaded == 1

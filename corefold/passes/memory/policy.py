@@ -192,7 +192,11 @@ def offload(host_device="cpu"):
 
 def policy_source(graph, model: str, summary: str) -> str:
     """The text of the policy module for a transformed torch graph."""
-    entries, _ = offload_entries(graph)
+    return render_policy(offload_entries(graph)[0], model, summary)
+
+
+def render_policy(entries: list[dict[str, Any]], model: str, summary: str) -> str:
+    """The text of the policy module for ``entries`` (see :func:`offload_entries`)."""
     body = "\n".join(f"    {json.dumps(e)}," for e in entries).replace("null", "None")
     return _TEMPLATE.format(model=model, summary=summary, count=len(entries),
                             mib=sum(e["bytes"] for e in entries) / 2**20, entries=body)
