@@ -21,7 +21,8 @@ same memory and time simulators (corefold.passes.memory.memsim, timesim):
 Printed per target and model: peak, floor, simulated time overhead at the budget (half the
 no-swap peak for corefold; the rules have no budget), the smallest budget corefold fits
 (and its ratio to the floor), and the largest batch that fits 16 GiB with at most 20%
-overhead (searched by doubling, then bisection). Traces are cached as IR text in
+overhead (searched by doubling, then bisection; "none" when even the first batch tried
+misses 20%: the rules swap whether or not memory is short). Traces are cached as IR text in
 ``--cache`` (default .bench_cache/swap). Run: ``python bench/swap.py [--models resnet50]
 [--targets gpu-nvlink] [--quick]``.
 """
@@ -237,14 +238,14 @@ def main() -> int:
                     over = res[1] / base.schedule.makespan - 1
                     peak_s, over_s = f"{res[0] / GIB:.2f}", f"{over * 100:.1f}%"
                 mb = "-" if args.no_batch_search else largest_batch(name, target, method, args.cache, batch,
-                                                                    limit, args.quick)
+                                                                    limit, args.quick) or "none"
                 batches[method] = mb
                 print(f"{name:<10} {method:<14} {peak_s:>9} {floor / GIB:>9.2f} {over_s:>9} {mb!s:>9}", flush=True)
                 if method == "corefold" and tname == "gpu-nvlink" and name in ("resnet50", "bert-base"):
                     goals.append((f"{tname} {name}: overhead at half the no-swap peak <= 5%", over is not None
                                   and over <= 0.05, over_s))
             for reduction in args.smallest.split(","):
-                smallest = smallest_budget(g, target, floor, base.step_peak, reduction, 6 if args.quick else 10)
+                smallest = smallest_budget(g, target, floor, base.step_peak, reduction, 10)
                 ratio = smallest / floor
                 print(f"{name:<10} smallest corefold budget ({reduction}): {smallest / GIB:.3f} GiB = "
                       f"{ratio:.3f}x the floor")
@@ -263,7 +264,7 @@ def main() -> int:
                 print(f"{name:<10} at half the peak the link keeps up (binding: {link.get('bound_by')})")
             if not args.no_batch_search and "no-swap" in batches:
                 for method in ("corefold", "corefold+fp16"):
-                    if method in batches and batches["no-swap"]:
+                    if method in batches and isinstance(batches[method], int) and isinstance(batches["no-swap"], int):
                         ratio = batches[method] / batches["no-swap"]
                         print(f"{name:<10} largest batch {method} / no-swap = {batches[method]} / "
                               f"{batches['no-swap']} = {ratio:.2f}x")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.ir import Graph, Node, Value
+from corefold.ir import Graph, Value
 from corefold.ir.domains import ATEN_DOMAIN
 
 #: aten operators whose outputs are views of their first input.
@@ -164,13 +164,14 @@ class _Importer:
             inputs = _tensor_args(n)
             spec = (aten_name, ATEN_DOMAIN, [self.value(x) for x in inputs], _aten_attrs(n), inputs)
         op_type, domain, ir_inputs, attrs, fx_inputs = spec
+        names = [self.out_name.get((n, index)) or (f"{n.name}.out" if index is None else f"{n.name}.{index}")
+                 for index, _ in produced]
+        node = self.graph.make_node(op_type, ir_inputs, attrs, num_outputs=len(produced), name=n.name,
+                                    output_names=names, domain=domain)
         outs = []
-        for index, fake in produced:
-            name = self.out_name.get((n, index)) or (f"{n.name}.out" if index is None else f"{n.name}.{index}")
-            v = Value(self.graph.fresh_name(name), tuple(fake.shape), numpy_dtype(fake.dtype))
-            self.graph._names.discard(v.name)  # noqa: SLF001 - add_node claims it
+        for (index, fake), v in zip(produced, node.outputs, strict=True):
+            v.shape, v.dtype = tuple(fake.shape), numpy_dtype(fake.dtype)
             outs.append((index, v))
-        node = Node(op_type, ir_inputs, [v for _, v in outs], attrs, name=n.name, domain=domain)
 
         def index_of(x) -> int:
             return fx_inputs.index(x)
@@ -182,7 +183,6 @@ class _Importer:
             node.meta["outputs"] = [i for i, _ in outs]
         if aten_name in VIEW_ATEN:
             node.meta["view"] = True
-        self.graph.add_node(node)
         if len(outs) == 1 and outs[0][0] is None:
             self.values[n] = outs[0][1]
         else:

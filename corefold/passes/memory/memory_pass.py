@@ -106,10 +106,7 @@ def clone_graph(graph: Graph) -> Graph:
     for v in graph.inputs:
         vmap[id(v)] = g.add_input(v.name, v.shape, v.dtype)
     for name, v in graph.constants.items():
-        c = Value(name, const=v.const)
-        g._claim(name)  # noqa: SLF001 - same names as the source graph
-        g.constants[name] = c
-        vmap[id(v)] = c
+        vmap[id(v)] = g.add_constant(name, v.const)  # names are unique: kept as they are
     nmap: dict[Node, Node] = {}
     for n in graph.nodes:
         outs = [Value(v.name, v.shape, v.dtype) for v in n.outputs]

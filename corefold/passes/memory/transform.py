@@ -23,6 +23,8 @@ one, so the graph stays acyclic. O(V + E + inserted nodes).
 
 from __future__ import annotations
 
+import numpy as np
+
 from corefold.ir import Graph, Node, Value
 from corefold.ir.domains import MEMORY_DOMAIN
 from corefold.passes.memory.evictions import BOTH, COMPRESS, SWAP, Eviction
@@ -43,16 +45,17 @@ class _Builder:
         self.prefetch: list[tuple[Node, int]] = []
         self.restores: list[tuple[int, float, Node, int]] = []  # (trigger, slot start, SwapIn, first read)
 
-    def value(self, base: str, like: Value, dtype=None, shape=None) -> Value:
-        name = self.graph.fresh_name(base)
-        self.graph._names.discard(name)  # noqa: SLF001 - add_node claims it again
-        return Value(name, like.shape if shape is None else shape, like.dtype if dtype is None else dtype)
-
-    def node(self, op: str, inputs: list[Value], outputs: list[Value], attrs: dict, name: str,
-             meta: dict) -> Node:
-        n = Node(op, inputs, outputs, attrs, name=name, domain=MEMORY_DOMAIN)
+    def node(self, op: str, inputs: list[Value], outputs: list[tuple], attrs: dict, name: str,
+             meta: dict, domain: str = MEMORY_DOMAIN) -> Node:
+        """A new node whose outputs are ``(name, like, dtype, shape)``: named after ``name``
+        (made unique), typed as ``like`` unless ``dtype``/``shape`` say otherwise."""
+        n = self.graph.make_node(op, inputs, attrs, num_outputs=len(outputs), name=name,
+                                 output_names=[o[0] for o in outputs], domain=domain)
+        for v, (_, like, dtype, shape) in zip(n.outputs, outputs, strict=True):
+            v.shape = like.shape if shape is None else shape
+            v.dtype = like.dtype if dtype is None else np.dtype(dtype)
         n.meta.update(meta)
-        return self.graph.add_node(n)
+        return n
 
     def copy(self, anchor: int, start: float, node: Node) -> None:
         self.copies[anchor].append((start, len(self.graph), node))
@@ -110,16 +113,18 @@ def _build(b: _Builder, ev: Eviction, stats: dict[str, int]) -> None:
     reduced: list[Value] = [r]
     if ev.mode in (COMPRESS, BOTH):
         fmt = ev.fmt
-        outs = [b.value(f"{base}.{fmt.name}", r, dtype=fmt.dtype)]
+        outs = [(f"{base}.{fmt.name}", r, fmt.dtype, None)]
         if fmt.scale_max:
-            outs.append(b.value(f"{base}.scale", r, dtype="float32", shape=()))
-        b.post[lo1].append(b.node("Compress", [r], outs, {"format": fmt.name}, f"compress_{base}", meta))
-        reduced = outs
+            outs.append((f"{base}.scale", r, "float32", ()))
+        c = b.node("Compress", [r], outs, {"format": fmt.name}, f"compress_{base}", meta)
+        b.post[lo1].append(c)
+        reduced = list(c.outputs)
         stats["compressed_bytes"] += st.nbytes
     host: list[Value] = reduced
     if ev.mode in (SWAP, BOTH):
-        host = [b.value(f"{v.name}.host", v) for v in reduced]
-        x = b.node("SwapOut", list(reduced), host, {}, f"swap_out_{base}", meta)
+        x = b.node("SwapOut", list(reduced), [(f"{v.name}.host", v, None, None) for v in reduced], {},
+                   f"swap_out_{base}", meta)
+        host = list(x.outputs)
         low = lo1 if ev.mode == BOTH else int(u.points[0])
         anchor = max(low, min(ev.swap_anchor, ev.release - 1, min(ev.triggers)))
         b.copy(anchor, ev.swap_slot[0], x)
@@ -133,17 +138,19 @@ def _build(b: _Builder, ev: Eviction, stats: dict[str, int]) -> None:
         rmeta = {"memory": "restore", "of": base}
         back = reduced
         if ev.mode in (SWAP, BOTH):
-            back = [b.value(f"{v.name}.in{j + 1}", v) for v in host]
-            s_in = b.node("SwapIn", host, back, {}, f"swap_in_{base}_{j + 1}", rmeta)
+            s_in = b.node("SwapIn", host, [(f"{v.name}.in{j + 1}", v, None, None) for v in host], {},
+                          f"swap_in_{base}_{j + 1}", rmeta)
+            back = list(s_in.outputs)
             q = ev.triggers[j]
             b.copy(q, ev.restore_slots[j][0], s_in)
             b.prefetch.append((s_in, q))
             b.restores.append((q, ev.restore_slots[j][0], s_in, first))
         full = back[0]
         if ev.mode in (COMPRESS, BOTH):
-            full = b.value(f"{base}.r{j + 1}", r)
-            b.pre[first].append(b.node("Decompress", back, [full], {"format": ev.fmt.name, "to": r.dtype.name},
-                                       f"decompress_{base}_{j + 1}", rmeta))
+            d = b.node("Decompress", back, [(f"{base}.r{j + 1}", r, None, None)],
+                       {"format": ev.fmt.name, "to": r.dtype.name}, f"decompress_{base}_{j + 1}", rmeta)
+            b.pre[first].append(d)
+            full = d.outputs[0]
         stats["restores"] += 1
         _rewire_cluster(b, ev, j, full, first, reads, parent_of)
 
@@ -169,12 +176,10 @@ def _rewire_cluster(b: _Builder, ev: Eviction, j: int, full: Value, first: int, 
                 rebuilt[id(m)] = m
             else:
                 parent = rebuild(parent_of[id(m)])
-                out = b.value(f"{m.name}.r{j + 1}", m)
-                clone = Node(node.op_type, [parent] + list(node.inputs[1:]), [out], dict(node.attrs),
-                             name=f"{node.name}_r{j + 1}", domain=node.domain)
-                clone.meta.update(node.meta)
-                b.pre[first].append(b.graph.add_node(clone))
-                rebuilt[id(m)] = out
+                clone = b.node(node.op_type, [parent] + list(node.inputs[1:]), [(f"{m.name}.r{j + 1}", m, None, None)],
+                               dict(node.attrs), f"{node.name}_r{j + 1}", node.meta, domain=node.domain)
+                b.pre[first].append(clone)
+                rebuilt[id(m)] = clone.outputs[0]
         return rebuilt[id(m)]
 
     for node, index, member in reads:
