@@ -21,7 +21,7 @@ IR conventions the importer guarantees (kernels and passes rely on them):
 * Every value has a static shape (tuple of ints) and a NumPy dtype. Constants are
   ``Value.const`` arrays; single-value constants (ConstantOfShape results, all-equal
   initializers) are read-only stride-0 ``np.broadcast_to`` arrays: never write into a
-  constant, and use ``corefold.executor.kernels.shape.is_fill`` to recognise them.
+  constant, and use ``corefold.ops.is_fill`` to recognise them.
 * Shape arithmetic and constant subgraphs are folded: no node has only constant inputs
   (except QuantizeLinear/DequantizeLinear, which mark quantized weights, and nodes whose
   kernel is not registered), and Shape nodes are gone.

@@ -17,9 +17,9 @@ import onnx
 from onnx import ModelProto, helper
 
 from corefold.errors import ModelError
-from corefold.executor.kernels.shape import is_fill
 from corefold.frontend.onnx.protos import make_attribute, numpy_to_tensor, onnx_dtype
 from corefold.ir import Graph, Value
+from corefold.ops import is_fill
 
 OPSET = 21
 IR_VERSION = 10

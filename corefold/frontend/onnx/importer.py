@@ -1,10 +1,10 @@
 """ONNX -> corefold IR: read, bind shapes, normalise to opset 21, infer shapes, fold.
 
 Nodes are processed once, in file order (ONNX requires topological order). For each node
-the opset normaliser (:mod:`corefold.frontend.onnx.opsets`) emits one or more opset-21
-nodes through :meth:`Importer.emit`, which either folds the node (every input constant,
-or a Shape node: run the registered kernel, O(kernel)) or adds it with inferred static
-shapes. Whole import: O(nodes + constant bytes folded).
+the operator table's normaliser (``corefold.ops``, facet ``normalise``) emits one or more
+opset-21 nodes through :meth:`Importer.emit`, which either folds the node (every input
+constant, or a Shape node: run the table's kernel, O(kernel)) or adds it with the shapes
+the table infers. Whole import: O(nodes + constant bytes folded).
 """
 
 from __future__ import annotations
@@ -18,31 +18,14 @@ import numpy as np
 import onnx
 from onnx import ModelProto
 
+from corefold import ops
 from corefold.errors import CorefoldError, ModelError, ShapeError, UnsupportedOpError
-from corefold.executor.kernels.shape import fill, is_fill
-from corefold.executor.registry import load_all
-from corefold.frontend.onnx import opsets
 from corefold.frontend.onnx.protos import attribute_value, numpy_dtype, tensor_to_numpy
-from corefold.frontend.onnx.shapes import SHAPE_FUNCTIONS
 from corefold.ir import Graph, Node, Value
+from corefold.ops import fill, is_fill
 
 #: Opset versions of the default domain corefold reads.
 MIN_OPSET, MAX_OPSET = 6, 22
-
-#: Ops inferred by running their (cheap, fill-preserving) kernels on stride-0 dummies,
-#: mapped to the inputs that must be constants for their output shape to be known.
-KERNEL_INFERRED: dict[str, tuple[int, ...]] = {
-    "Identity": (), "Dropout": (), "Cast": (), "Transpose": (), "Flatten": (), "Concat": (),
-    "Gather": (), "Shape": (), "Reshape": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
-    "Expand": (1,), "Slice": (1, 2, 3, 4), "Split": (1,), "Pad": (1, 3), "ConstantOfShape": (0,),
-    "Range": (0, 1, 2), "Tile": (1,),
-}
-
-
-#: Ops never folded even on constant inputs: QDQ pairs on weights are how a quantized model
-#: says its weights are integers, so DequantizeLinear(int8 constant) must stay a node.
-NO_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear"})
-
 
 def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None = None) -> Graph:
     """Read an ONNX file and import it (see :func:`from_onnx`).
@@ -91,7 +74,6 @@ class Importer:
 
     def __init__(self, model: ModelProto, shapes: dict[str, Sequence[int]], source: str):
         self.model, self.bindings, self.source = model, dict(shapes), source
-        self.kernels = load_all()
         self.graph = Graph(model.graph.name or "main")
         self.env: dict[str, Value] = {}
         self.reserved: set[str] = set()
@@ -131,14 +113,15 @@ class Importer:
         inputs = list(inputs)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        foldable = op in self.kernels and op not in NO_FOLD and (
+        entry = ops.get(op, where=f"node '{name}'")
+        foldable = callable(entry.kernel) and entry.foldable and (
             op == "Shape" and inputs[0].has_static_shape
             or all(v is None or v.is_constant for v in inputs))
         if foldable:
             args = [None if v is None else (v.const if v.is_constant else fill(np.zeros((), v.dtype), v.shape))
                     for v in inputs]
             try:
-                results = self.kernels[op](attrs, args)
+                results = entry.kernel(attrs, args)
             except Exception as exc:  # noqa: BLE001 - a kernel refusing bad constants
                 raise ModelError(f"node '{name}' ({op}): cannot evaluate on its constant inputs: {exc}") from None
             out = []
@@ -166,7 +149,7 @@ class Importer:
 
     def infer(self, op: str, attrs: dict[str, Any], inputs: Sequence[Value | None], name: str,
               out_names: Sequence[str]) -> list[tuple[tuple[int, ...], np.dtype]]:
-        """Output shapes and dtypes of an opset-21 node.
+        """Output shapes and dtypes of an opset-21 node, from the operator table.
 
         Raises:
             ShapeError: naming the node, when an input that decides the shape is not
@@ -174,28 +157,9 @@ class Importer:
         """
         what = f"'{out_names[0]}'" + (f" (and {len(out_names) - 1} more)" if len(out_names) > 1 else "")
         what += f", output of node '{name}' ({op})"
-        try:
-            if op in KERNEL_INFERRED:
-                for i in KERNEL_INFERRED[op]:
-                    if i < len(inputs) and inputs[i] is not None and not inputs[i].is_constant:
-                        raise ShapeError(f"shape of {what} unknown: it depends on input "
-                                         f"'{inputs[i].name}', which is not a constant at import")
-                # only the parameter inputs' values matter: every other input is a zero fill,
-                # so the kernel touches no data whatever the tensors' sizes
-                params = KERNEL_INFERRED[op]
-                args = [None if v is None else (v.const if i in params else fill(np.zeros((), v.dtype), v.shape))
-                        for i, v in enumerate(inputs)]
-                results = self.kernels[op](attrs, args)
-                types = [(tuple(r.shape), r.dtype) for r in results]
-            else:
-                ins = [None if v is None else (v.shape, v.dtype) for v in inputs]
-                consts = [None if v is None else v.const for v in inputs]
-                types = SHAPE_FUNCTIONS[op](attrs, ins, consts)
-        except ShapeError:
-            raise
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise ShapeError(f"cannot infer the shape of {what} from inputs "
-                             f"{[list(v.shape) if v is not None else None for v in inputs]}: {exc}") from None
+        ins = [None if v is None else (v.shape, v.dtype) for v in inputs]
+        consts = [None if v is None else v.const for v in inputs]
+        types = ops.infer_types(ops.get(op, where=f"node '{name}'"), attrs, ins, consts, what, [None if v is None else v.name for v in inputs])
         if len(types) < len(out_names):
             raise ShapeError(f"node '{name}' ({op}) has {len(out_names)} outputs, the operator gives {len(types)}")
         return types
@@ -237,18 +201,21 @@ class Importer:
             if n.domain not in ("", "ai.onnx"):
                 raise UnsupportedOpError(f"node '{name}': operator {n.domain}::{n.op_type} (domain "
                                          f"'{n.domain}') is not supported")
-            normaliser = opsets.NORMALISERS.get(n.op_type)
-            if normaliser is None:
-                raise UnsupportedOpError(f"node '{name}': operator {n.op_type} is not supported")
+            entry = ops.get(n.op_type, where=f"node '{name}'")
+            if entry.refuse:
+                raise UnsupportedOpError(f"node '{name}': operator {n.op_type} is not supported: {entry.refuse}")
             attrs = {a.name: attribute_value(n.op_type, a, f"node '{name}' ({n.op_type})") for a in n.attribute}
             ins = [self.value(i, name) for i in n.input]
             outs = list(n.output)
             while outs and not outs[-1]:
                 outs.pop()
-            node = opsets.OnnxNode(n.op_type, name, ins, [o or None for o in outs], attrs)
+            node = ops.OnnxNode(n.op_type, name, ins, [o or None for o in outs], attrs)
             before = len(g)
             try:
-                normaliser(self, node)
+                if entry.normalise is ops.AS_IS:
+                    self.emit(node.op, node.inputs, node.attrs, node.outputs, node.name)
+                else:
+                    entry.normalise(self, node)
             except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
                 # a malformed node (missing attribute or input) in a file that parsed
                 raise ModelError(f"node '{name}' ({n.op_type}) is malformed: {type(exc).__name__}: {exc}") from None

@@ -12,11 +12,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from corefold.errors import ModelError, ShapeError, UnsupportedOpError
 from corefold.executor import run
-from corefold.executor.kernels.shape import is_fill
-from corefold.executor.registry import load_all
 from corefold.frontend.onnx import from_onnx, load_model, save_model, to_onnx
 from corefold.frontend.onnx.check import ort_run, roundtrip
 from corefold.ir import verify
+from corefold.ops import is_fill
 
 N = helper.make_node
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*.onnx")))
@@ -277,11 +276,14 @@ def test_tiny_transformer_with_dynamic_batch_and_sequence(shape):
         from_onnx(model)
 
 
-def test_every_supported_op_has_shape_inference():
-    from corefold.frontend.onnx.importer import KERNEL_INFERRED
-    from corefold.frontend.onnx.opsets import NORMALISERS
-    from corefold.frontend.onnx.shapes import SHAPE_FUNCTIONS
+def test_every_operator_entry_has_every_facet():
+    """The operator table: no facet left out (each is given or explicitly NONE), and every
+    operator that reaches the IR can infer its shapes and has a kernel and a cost."""
+    from corefold import ops
 
-    emitted = set(NORMALISERS) - {"Constant", "Upsample"}  # folded / rewritten to Resize
-    assert sorted(op for op in emitted if op not in SHAPE_FUNCTIONS and op not in KERNEL_INFERRED) == []
-    assert set(KERNEL_INFERRED) <= set(load_all())
+    missing = {e.op_type: e.missing_facets() for e in ops.entries() if e.missing_facets()}
+    assert missing == {}
+    for e in ops.entries():
+        if e.refuse or e.infer is ops.NONE:
+            continue
+        assert callable(e.kernel) and isinstance(e.cost, ops.Cost), e.op_type

@@ -27,7 +27,8 @@ import numpy as np
 
 from corefold.errors import CapacityError
 from corefold.ir import Graph, Node, Value
-from corefold.passes.split.rules import RULE_OPS, VIEW_OPS, SplitAxis, candidate_axes
+from corefold.ir.shapes import infer_node
+from corefold.passes.split.rules import SplitAxis, candidate_axes, has_rule, is_view
 from corefold.target import Target
 
 JOIN_META = "split_join"
@@ -56,7 +57,7 @@ def touched_bytes(node: Node) -> int:
 
 def needs_fit(node: Node) -> bool:
     """False for shape-only views and the split pass's own joins, which move no core data."""
-    return node.op_type not in VIEW_OPS and not node.meta.get(JOIN_META)
+    return not is_view(node) and not node.meta.get(JOIN_META)
 
 
 def _ranges(extent: int, k: int) -> list[tuple[int, int]]:
@@ -96,7 +97,7 @@ def choose_split(node: Node, threshold: int, origin: str | None = None) -> tuple
     if origin and origin != node.name:
         who += f", piece '{node.name}',"
     if not axes:
-        why = (f"there is no split rule for {node.op_type}" if node.op_type not in RULE_OPS
+        why = (f"there is no split rule for {node.op_type}" if not has_rule(node)
                else "no dimension is left to cut")
         raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
                             f"bytes, and {why}")
@@ -140,9 +141,8 @@ class _Splitter:
                       for what, x in (("starts", start), ("ends", end), ("axes", axis))]
             node = g.make_node("Slice", [v] + consts, name=f"{v.name}_slice")
             node.meta[JOIN_META] = True
+            infer_node(node)
             out = node.outputs[0]
-            out.shape = tuple(end - start if a == axis else d for a, d in enumerate(v.shape))
-            out.dtype = v.dtype
         self.slices[key] = out
         return out
 
@@ -173,12 +173,7 @@ class _Splitter:
             names = [f"{o.name}_part{j}" for o in node.outputs]
             piece = g.make_node(node.op_type, ins, attrs, num_outputs=len(names), name=f"{node.name}_part{j}",
                                 output_names=names, domain=node.domain)
-            for o, po in zip(node.outputs, piece.outputs, strict=False):
-                po.dtype = o.dtype
-                po.shape = o.shape
-                if ax.output is not None:
-                    a, sc = ax.output
-                    po.shape = tuple((e - s) * sc if d == a else x for d, x in enumerate(o.shape))
+            infer_node(piece)
             pieces.append(piece)
         # move the original outputs onto the joins, so value names and graph outputs stay
         ctrl_preds, ctrl_succs = list(node.control_preds), list(node.control_succs)

@@ -19,16 +19,119 @@ import math
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.kernels.spatial import (
+from corefold.ops.facets import matrix, prod
+from corefold.ops.registry import op
+from corefold.ops.schema import COMPUTE, NONE, Quant, SplitAxis
+from corefold.ops.spatial import (
     attr_ints,
     attr_str,
     conv_geometry,
     is_fill,
+    out_sizes,
     packed,
     pad_spatial,
+    spatial_pads_normalise,
     windows,
 )
-from corefold.executor.registry import kernel
+
+
+# -- facets ------------------------------------------------------------------------------------------
+def _conv_infer(attrs, ins, consts):
+    (x, dt), (w, _) = ins[0], ins[1]
+    if len(x) < 3 or len(w) != len(x):
+        raise ValueError(f"input {list(x)} and weight {list(w)} do not fit a convolution")
+    kernel = attrs.get("kernel_shape", list(w[2:]))
+    if x[1] != w[1] * attrs.get("group", 1):
+        raise ValueError(f"input channels {x[1]} != weight channels {w[1]} x group {attrs.get('group', 1)}")
+    return [((x[0], w[0], *out_sizes(attrs, x, kernel)), dt)]
+
+
+def _conv_transpose_infer(attrs, ins, consts):
+    (x, dt), (w, _) = ins[0], ins[1]
+    n = len(x) - 2
+    kernel = attrs.get("kernel_shape", list(w[2:]))
+    strides = attrs.get("strides", [1] * n)
+    dil = attrs.get("dilations", [1] * n)
+    pads = attrs.get("pads", [0] * (2 * n))
+    opad = attrs.get("output_padding", [0] * n)
+    out = [strides[i] * (x[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + n]
+           for i in range(n)]
+    return [((x[0], w[1] * attrs.get("group", 1), *out), dt)]
+
+
+def _conv_macs(attrs, ins, outs):
+    return prod(outs[0][0]) * prod(ins[1][0][1:])  # w: (M, C/group, k...)
+
+
+def _conv_transpose_macs(attrs, ins, outs):
+    return prod(ins[0][0]) * prod(ins[1][0][1:])  # w: (C, M/group, k...)
+
+
+def conv_split(attrs, ins, outs, consts):
+    """Batch first, then output channels (weights cut on their output channels), then input
+    channels with partial sums added (SPEC M3 §7); grouped convs split whole groups."""
+    x, w = ins[0][0], ins[1][0]
+    has_bias = len(ins) > 2 and ins[2] is not None
+    n, c = x[0], x[1]
+    m = w[0]
+    group = int(attrs.get("group", 1))
+    extra = (None,) if has_bias else ()
+    axes = []
+    if n >= 2:
+        axes.append(SplitAxis("batch", n, ((0, 1), None) + extra, (0, 1)))
+    if group == 1:
+        if m >= 2:
+            axes.append(SplitAxis("out_channels", m, (None, (0, 1)) + ((0, 1),) * has_bias, (1, 1)))
+        if c >= 2:
+            axes.append(SplitAxis("in_channels", c, ((1, 1), (1, 1)) + extra, None, reduce=True))
+    elif group >= 2:
+        cg, mg = c // group, m // group
+        axes.append(SplitAxis("groups", group, ((1, cg), (0, mg)) + ((0, mg),) * has_bias, (1, mg),
+                              scales_group=True))
+    return axes, True
+
+
+def _conv_transpose_normalise(imp, n) -> None:
+    """``output_shape`` and ``auto_pad`` become explicit ``pads`` (ONNX spec formula)."""
+    x, w = n.inputs[0].shape, n.inputs[1].shape
+    k = len(x) - 2
+    mode = n.attrs.pop("auto_pad", "NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    out_shape = n.attrs.pop("output_shape", None)
+    if mode == "VALID":
+        n.attrs["pads"] = [0] * (2 * k)
+    elif out_shape is not None or mode in ("SAME_UPPER", "SAME_LOWER"):
+        kernel = n.attrs.get("kernel_shape", list(w[2:]))
+        strides = n.attrs.get("strides", [1] * k)
+        dil = n.attrs.get("dilations", [1] * k)
+        opad = n.attrs.get("output_padding", [0] * k)
+        if out_shape is None:
+            out_shape = [x[2 + i] * strides[i] for i in range(k)]
+        out_shape = list(out_shape)[-k:]
+        begin, end = [], []
+        for i in range(k):
+            total = strides[i] * (x[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - out_shape[i]
+            if total < 0:
+                raise UnsupportedOpError(f"node '{n.name}' (ConvTranspose): output_shape {out_shape} needs "
+                                         "negative padding")
+            if mode == "SAME_UPPER":
+                begin.append(total // 2)
+                end.append(total - total // 2)
+            else:
+                begin.append(total - total // 2)
+                end.append(total // 2)
+        n.attrs["pads"] = begin + end
+    imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
+
+
+CONV = dict(normalise=spatial_pads_normalise, infer=_conv_infer, cost=matrix(_conv_macs), split=conv_split,
+            quant=Quant(COMPUTE, integer="linear", weights={1: lambda attrs, shape: 0}, bias=2,
+                        fuses_activation=True),
+            param_inputs=())
+CONV_TRANSPOSE = dict(normalise=_conv_transpose_normalise, infer=_conv_transpose_infer,
+                      cost=matrix(_conv_transpose_macs), split=NONE,
+                      quant=Quant(COMPUTE, weights={1: lambda attrs, shape: 1}, bias=2, fuses_activation=True),
+                      param_inputs=())
 
 #: Output positions per block of im2col columns (rounded to whole rows of the first output
 #: axis): few enough that a block stays in cache between its copy and the matmul reading it,
@@ -152,7 +255,7 @@ def _spatial_attrs(attrs: dict, w: np.ndarray, k: int, op: str) -> tuple[list[in
     return kernel_shape, strides, dilations, group
 
 
-@kernel("Conv")
+@op("Conv", **CONV)
 def conv(attrs, inputs):
     """ONNX Conv: ``X (N, C, *S)``, ``W (M, C/group, *K)``, optional bias ``B (M)``."""
     x, w = inputs[0], inputs[1]
@@ -207,7 +310,7 @@ def _transpose_geometry(attrs: dict, in_sizes, kernel_shape, strides, dilations)
     return begins, outs
 
 
-@kernel("ConvTranspose")
+@op("ConvTranspose", **CONV_TRANSPOSE)
 def conv_transpose(attrs, inputs):
     """ONNX ConvTranspose: ``X (N, C, *S)``, ``W (C, M/group, *K)``, optional bias ``B (M)``."""
     x, w = inputs[0], inputs[1]
@@ -243,3 +346,36 @@ def conv_transpose(attrs, inputs):
     if b is not None:
         y += b.reshape((m,) + (1,) * k)
     return [y]
+
+
+def _activation(attrs, y: np.ndarray) -> np.ndarray:
+    """The fused ``activation`` of ONNX Runtime's FusedConv on ``y`` (in place)."""
+    name = attr_str(attrs, "activation", "")
+    params = list(attrs.get("activation_params", []))
+    if name == "Relu":
+        np.maximum(y, 0, out=y)
+    elif name == "Clip":
+        np.clip(y, params[0], params[1], out=y)
+    elif name == "LeakyRelu":
+        y[:] = np.where(y >= 0, y, y * y.dtype.type(params[0] if params else 0.01))
+    elif name == "Sigmoid":
+        y[:] = 1 / (1 + np.exp(-y))
+    elif name == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5])[:2]
+        np.clip(y * y.dtype.type(alpha) + y.dtype.type(beta), 0, 1, out=y)
+    elif name == "Tanh":
+        np.tanh(y, out=y)
+    elif name:
+        raise UnsupportedOpError(f"FusedConv: activation '{name}' is not supported")
+    return y
+
+
+@op("FusedConv", domain="com.microsoft", **CONV)
+def fused_conv(attrs, inputs):
+    """ONNX Runtime's ``com.microsoft::FusedConv``: Conv (+ optional Z added) then a fused
+    activation; as ORT's graph optimisations write it."""
+    conv_attrs = {k: v for k, v in attrs.items() if k not in ("activation", "activation_params")}
+    y = conv(conv_attrs, inputs[:3])[0]
+    if len(inputs) > 3 and inputs[3] is not None:
+        y += inputs[3]
+    return [_activation(attrs, y)]

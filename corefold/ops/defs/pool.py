@@ -17,14 +17,38 @@ import math
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.kernels.spatial import (
+from corefold.ops.facets import nonneg_if_data_inputs_are, prod, split_leading, vector_in
+from corefold.ops.registry import op
+from corefold.ops.schema import AS_IS, COMPUTE, MOVEMENT, Cost, Quant
+from corefold.ops.spatial import (
     attr_ints,
     attr_str,
     conv_geometry,
+    out_sizes,
     pad_spatial,
+    spatial_pads_normalise,
     tail_extra,
 )
-from corefold.executor.registry import kernel
+
+
+# -- facets ------------------------------------------------------------------------------------------
+def _pool_infer(attrs, ins, consts):
+    x, dt = ins[0]
+    out = (x[0], x[1], *out_sizes(attrs, x, attrs["kernel_shape"], ceil=bool(attrs.get("ceil_mode", 0))))
+    return [(out, dt), (out, np.dtype("int64"))]
+
+
+def _global_infer(attrs, ins, consts):
+    x, dt = ins[0]
+    return [((x[0], x[1]) + (1,) * (len(x) - 2), dt)]
+
+
+_NONNEG_IN = nonneg_if_data_inputs_are([0])
+_WINDOW_COST = Cost("vector", lambda attrs, ins, outs: prod(outs[0][0]) * prod(attrs.get("kernel_shape", [1])))
+
+
+def _pool(quant, normalise=spatial_pads_normalise, infer=_pool_infer, cost=_WINDOW_COST):
+    return dict(normalise=normalise, infer=infer, cost=cost, split=split_leading(2), quant=quant, param_inputs=())
 
 
 def _geometry(attrs: dict, x: np.ndarray, op: str):
@@ -61,7 +85,7 @@ def _reduce_taps(xp: np.ndarray, kernel_shape, strides, dilations, outs, fn) -> 
     return y
 
 
-@kernel("MaxPool")
+@op("MaxPool", **_pool(Quant(MOVEMENT, _NONNEG_IN, integer="layout")))
 def max_pool(attrs, inputs):
     """ONNX MaxPool (first output only; ``storage_order`` only affects the indices)."""
     x = inputs[0]
@@ -78,7 +102,7 @@ def _tap_counts(n: int, begin: int, end: int, out: int, kk: int, s: int, d: int,
     return ((pos >= lo) & (pos < hi)).sum(axis=1)
 
 
-@kernel("AveragePool")
+@op("AveragePool", **_pool(Quant(COMPUTE, _NONNEG_IN, integer="average")))
 def average_pool(attrs, inputs):
     """ONNX AveragePool with ``count_include_pad`` and ``ceil_mode``."""
     x = inputs[0]
@@ -100,13 +124,13 @@ def average_pool(attrs, inputs):
     return [y]
 
 
-@kernel("GlobalAveragePool")
+@op("GlobalAveragePool", **_pool(Quant(COMPUTE, _NONNEG_IN, integer="average"), AS_IS, _global_infer, vector_in()))
 def global_average_pool(attrs, inputs):
     x = inputs[0]
     return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=x.dtype)]
 
 
-@kernel("GlobalMaxPool")
+@op("GlobalMaxPool", **_pool(Quant(MOVEMENT, _NONNEG_IN, integer="layout"), AS_IS, _global_infer, vector_in()))
 def global_max_pool(attrs, inputs):
     x = inputs[0]
     return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]

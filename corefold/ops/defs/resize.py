@@ -10,13 +10,83 @@ O(output elements * taps) per resized axis.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.kernels.spatial import attr_ints, attr_str
-from corefold.executor.registry import kernel
+from corefold.ops.facets import nonneg_if_data_inputs_are, prod, split_leading
+from corefold.ops.registry import define, op
+from corefold.ops.schema import COMPUTE, NONE, Cost, OpDef, Quant
+from corefold.ops.spatial import attr_ints, attr_str
 
 f32 = np.float32
+
+
+# -- facets ------------------------------------------------------------------------------------------
+def _resize_infer(attrs, ins, consts):
+    x, dt = ins[0]
+    r = len(x)
+
+    def const(i):
+        if len(ins) <= i or ins[i] is None:
+            return None
+        if consts[i] is None:
+            raise ValueError(f"input {i} (roi/scales/sizes) is not a constant")
+        return consts[i] if consts[i].size else None
+
+    scales, sizes = const(2), const(3)
+    axes = attrs.get("axes")
+    axes = [a + r if a < 0 else a for a in axes] if axes else list(range(r))
+    out = list(x)
+    if sizes is not None:
+        sizes = [int(s) for s in sizes.reshape(-1)]
+        policy = attr_str(attrs, "keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            for a, s in zip(axes, sizes, strict=False):
+                out[a] = s
+        else:
+            ratios = [s / x[a] for a, s in zip(axes, sizes, strict=False)]
+            sc = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                out[a] = int(math.floor(sc * x[a] + 0.5))
+    elif scales is not None:
+        roi = const(1)
+        crop = attr_str(attrs, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" and roi is not None
+        for j, (a, s) in enumerate(zip(axes, scales.reshape(-1), strict=False)):
+            extent = float(roi.reshape(-1)[j + len(axes)] - roi.reshape(-1)[j]) if crop else 1.0
+            out[a] = int(math.floor(x[a] * extent * float(s)))
+    else:
+        raise ValueError("neither scales nor sizes is given")
+    return [(tuple(out), dt)]
+
+
+def _resize_normalise(imp, n) -> None:
+    """Upsample and Resize-10 are Resize with asymmetric coordinates and floor rounding;
+    Resize-11/13's empty roi/scales placeholders become missing inputs."""
+    if n.op == "Upsample" or imp.opset < 11:
+        mode = attr_str(n.attrs, "mode", "nearest")
+        if "scales" in n.attrs:  # Upsample-7/8
+            scales = imp.const(np.array(n.attrs["scales"], np.float32), f"{n.name}_scales")
+        else:
+            scales = n.input(1)
+        attrs = {"mode": "linear" if mode in ("linear", "bilinear") else mode,
+                 "coordinate_transformation_mode": "asymmetric"}
+        if attrs["mode"] == "nearest":
+            attrs["nearest_mode"] = "floor"
+        imp.emit("Resize", [n.inputs[0], None, scales], attrs, n.outputs, n.name)
+        return
+    ins = list(n.inputs)
+    for i in (1, 2, 3):
+        v = ins[i] if i < len(ins) else None
+        if v is not None and v.is_constant and v.const.size == 0:
+            ins[i] = None
+    imp.emit(n.op, ins, n.attrs, n.outputs, n.name)
+
+
+_RESIZE_COST = Cost("vector", lambda attrs, ins, outs: prod(outs[0][0]) * (1 if attr_str(attrs, "mode", "nearest") == "nearest" else 8))
+RESIZE = dict(normalise=_resize_normalise, infer=_resize_infer, cost=_RESIZE_COST, split=split_leading(2),
+              quant=Quant(COMPUTE, nonneg_if_data_inputs_are([0]), integer="layout"), param_inputs=(1, 2, 3))
 
 
 def _output_geometry(attrs, x, scales, sizes) -> tuple[list[int], list[float]]:
@@ -133,7 +203,7 @@ def _resize_axis(y: np.ndarray, axis: int, x: np.ndarray, mode: str, attrs) -> n
     raise UnsupportedOpError(f"Resize: unknown mode '{mode}'")
 
 
-@kernel("Resize")
+@op("Resize", **RESIZE)
 def resize(attrs, inputs):
     """ONNX Resize, opset 21.
 
@@ -173,3 +243,8 @@ def resize(attrs, inputs):
     if outside is not None and outside.any():
         y = np.where(outside, y.dtype.type(attrs.get("extrapolation_value", 0.0)), y)
     return [y.copy() if y is x else y]
+
+
+#: Upsample (deprecated at opset 10) is imported as Resize and never reaches the IR.
+define(OpDef("Upsample", normalise=_resize_normalise, infer=NONE, kernel=NONE, cost=NONE, split=NONE, quant=NONE,
+             param_inputs=(1,)))

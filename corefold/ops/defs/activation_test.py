@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 
 @pytest.mark.parametrize("op,attrs", [

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 
 @pytest.mark.parametrize("attrs,group,kernel", [
@@ -85,7 +85,7 @@ def test_conv_reads_broadcast_weights():
     rng = np.random.default_rng(6)
     x = randn(rng, 1, 3, 8, 8)
     w = np.broadcast_to(np.float32(0.5), (4, 3, 3, 3))
-    from corefold.executor.kernels.conv import conv
+    from corefold.ops.defs.conv import conv
     got = conv({}, [x, w])[0]
     check_node("Conv", [x, np.ascontiguousarray(w)], {})
     want = check_node("Conv", [x, np.ascontiguousarray(w)], {})[0]
@@ -95,7 +95,7 @@ def test_conv_reads_broadcast_weights():
 @pytest.mark.parametrize("attrs,group", [({"pads": [1, 1, 1, 1]}, 1), ({"strides": [2, 2], "dilations": [1, 2]}, 1),
                                          ({"group": 3, "pads": [0, 1, 1, 0]}, 3), ({}, 1)])
 def test_conv_single_value_weights_give_identical_channels(attrs, group):
-    from corefold.executor.kernels.conv import conv
+    from corefold.ops.defs.conv import conv
     rng = np.random.default_rng(7)
     x = randn(rng, 2, 6, 9, 10) * np.float32(1e3)
     kernel = (3, 3) if attrs else (1, 1)

@@ -8,10 +8,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from corefold.executor.kernels.shape import fill, is_fill
-from corefold.executor.registry import load_all
+from corefold import ops
 from corefold.frontend.onnx.check import ort_run
 from corefold.frontend.onnx.protos import NUMPY_TO_ONNX, attribute_value
+from corefold.ops.defs.shape import fill, is_fill
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
@@ -82,7 +82,7 @@ def test_kernel_matches_onnxruntime(case):
     for a in frozen:
         if a is not None:
             a.flags.writeable = False
-    got = load_all()[op](ir_attrs, frozen)
+    got = ops.get(op).kernel(ir_attrs, frozen)
     for k in range(n_out):
         w, g = want[f"o{k}"], np.asarray(got[k])
         assert g.shape == w.shape and g.dtype == w.dtype, (case, k, g.shape, w.shape, g.dtype, w.dtype)
@@ -111,7 +111,7 @@ FILL = fill(np.float32(1.5), (64, 32, 3, 3))
     ("ConstantOfShape", [I64(4096, 25088)], {"value": np.float32([0.25])}),
 ])
 def test_fills_stay_fills(op, inputs, attrs):
-    (out,) = load_all()[op](attrs, inputs)[:1]
+    (out,) = ops.get(op).kernel(attrs, inputs)[:1]
     assert is_fill(out), (op, out.strides)
     assert np.unique(np.asarray(out[(0,) * out.ndim])).size == 1
 
@@ -152,7 +152,7 @@ PX = rng.standard_normal((4, 5, 6)).astype(np.float32)
 def test_slice_property(params):
     axes, starts, ends, steps = (np.array(v, np.int64) for v in zip(*params, strict=True))
     want = _session("slice", "Slice", 4, {}).run(None, {"x": PX, "p0": starts, "p1": ends, "p2": axes, "p3": steps})[0]
-    (got,) = load_all()["Slice"]({}, [PX, starts, ends, axes, steps])
+    (got,) = ops.get("Slice").kernel({}, [PX, starts, ends, axes, steps])
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
@@ -167,6 +167,6 @@ def test_pad_property(mode, pads):
         assume(all(max(pads[i], pads[i + 3]) < k for i, k in enumerate(kept)))
     pads = np.array(pads, np.int64)
     want = _session(f"pad_{mode}", "Pad", 1, {"mode": mode}).run(None, {"x": PX, "p0": pads})[0]
-    (got,) = load_all()["Pad"]({"mode": mode}, [PX, pads])
+    (got,) = ops.get("Pad").kernel({"mode": mode}, [PX, pads])
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)

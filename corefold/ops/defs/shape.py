@@ -14,28 +14,156 @@ fill dummies. All kernels are O(output size) NumPy, views where NumPy allows.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from corefold.executor.registry import kernel
+from corefold.errors import UnsupportedOpError
+from corefold.ops.arrays import fill, fill_value, is_fill
+from corefold.ops.facets import (
+    BY_KERNEL,
+    DMA,
+    FREE,
+    ByKernel,
+    first_input_range,
+    nonneg_if_data_inputs_are,
+    reduced_axis_attr,
+    split_any,
+    vector,
+)
+from corefold.ops.registry import op
+from corefold.ops.schema import (
+    AS_IS,
+    COMPUTE,
+    FLOAT,
+    MOVEMENT,
+    NONE,
+    UNKNOWN,
+    Quant,
+    SplitAxis,
+)
+
+_fill_value = fill_value
+_NONNEG_IN = nonneg_if_data_inputs_are([0])
+#: a rearrangement of input 0's values: shares its scale, runs on the integers
+_MOVE = Quant(MOVEMENT, _NONNEG_IN, integer="layout")
 
 
-def is_fill(a: np.ndarray) -> bool:
-    """True if ``a`` holds one value broadcast over all its elements (all strides zero)."""
-    return a.size > 1 and all(s == 0 for s in a.strides)
+def _facets(infer=BY_KERNEL, cost=DMA, split=NONE, quant=_MOVE, params=(), normalise=AS_IS):
+    return dict(normalise=normalise, infer=infer, cost=cost, split=split, quant=quant, param_inputs=tuple(params))
 
 
-def fill(value: np.ndarray | np.generic, shape: Sequence[int], dtype: Any = None) -> np.ndarray:
-    """A read-only stride-0 array of ``shape`` holding the single value ``value``."""
-    v = np.asarray(value).reshape(-1)[:1].reshape(())
-    if dtype is not None:
-        v = v.astype(dtype)
-    return np.broadcast_to(v, tuple(int(d) for d in shape))
+def attr_to_input(imp, n, attr: str, index: int, dtype) -> None:
+    """Move attribute ``attr`` (if present) to input ``index`` as a constant (opset changes
+    that turned attributes into inputs)."""
+    if attr in n.attrs:
+        value = n.attrs.pop(attr)
+        while len(n.inputs) <= index:
+            n.inputs.append(None)
+        n.inputs[index] = imp.const(np.asarray(value, dtype=dtype), f"{n.name}_{attr}")
 
 
-def _fill_value(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1)[:1] if a.size == 1 else a[(0,) * a.ndim]
+def _emit(imp, n) -> None:
+    imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
+
+
+def _constant_normalise(imp, n) -> None:
+    a = n.attrs
+    if "value" in a:
+        data = np.asarray(a["value"])
+    elif "value_float" in a:
+        data = np.array(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        data = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        data = np.array(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        data = np.array(a["value_ints"], np.int64)
+    else:
+        raise UnsupportedOpError(f"node '{n.name}' (Constant): only tensor, float(s) and int(s) values are supported")
+    imp.emit("Constant", [], {"value": data}, n.outputs, n.name)
+
+
+def _squeeze_normalise(imp, n) -> None:
+    if imp.opset < 13:
+        attr_to_input(imp, n, "axes", 1, "int64")
+    _emit(imp, n)
+
+
+def _slice_normalise(imp, n) -> None:
+    if imp.opset < 10:
+        attr_to_input(imp, n, "starts", 1, "int64")
+        attr_to_input(imp, n, "ends", 2, "int64")
+        attr_to_input(imp, n, "axes", 3, "int64")
+    _emit(imp, n)
+
+
+def _split_normalise(imp, n) -> None:
+    """Always give the sizes explicitly as input 1 (old attr, num_outputs, or equal parts)."""
+    if imp.opset < 13:
+        attr_to_input(imp, n, "split", 1, "int64")
+    x = n.inputs[0]
+    axis = n.attrs.get("axis", 0)
+    if n.input(1) is None:
+        dim = x.shape[axis]
+        parts = n.attrs.pop("num_outputs", len(n.outputs))
+        chunk = -(-dim // parts)
+        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(parts)]
+        while len(n.inputs) < 2:
+            n.inputs.append(None)
+        n.inputs[1] = imp.const(np.array(sizes, np.int64), f"{n.name}_split")
+    n.attrs.pop("num_outputs", None)
+    _emit(imp, n)
+
+
+def _pad_normalise(imp, n) -> None:
+    if imp.opset < 11:
+        dt = n.inputs[0].dtype
+        if "paddings" in n.attrs:
+            n.attrs["pads"] = n.attrs.pop("paddings")
+        attr_to_input(imp, n, "pads", 1, "int64")
+        attr_to_input(imp, n, "value", 2, dt)
+    _emit(imp, n)
+
+
+def _dropout_normalise(imp, n) -> None:
+    n.attrs.pop("is_test", None)
+    if imp.opset < 12:
+        attr_to_input(imp, n, "ratio", 1, "float32")
+    mask = n.outputs[1] if len(n.outputs) > 1 else None
+    if imp.opset < 10 and mask and imp.is_used(mask):
+        # opset < 10: the mask "is not filled" in test mode; ONNX Runtime gives zeros of the
+        # input's type, and so do we (a constant fill).
+        x = n.inputs[0]
+        imp.emit("Dropout", n.inputs, n.attrs, n.outputs[:1], n.name)
+        imp.bind_const(mask, fill(np.zeros((), x.dtype), x.shape))
+        return
+    _emit(imp, n)
+
+
+def _pad_range(attrs, rngs, consts):
+    """Non-negative data padded with a non-negative value (or by reflection) stays so."""
+    value = consts[2] if len(consts) > 2 else None
+    value = 0.0 if value is None or np.size(value) == 0 else float(np.asarray(value).reshape(-1)[0])
+    mode = attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    src = rngs[0] if rngs else None
+    if src is not None and src.non_negative and (mode != "constant" or value >= 0):
+        return _NONNEG_IN(attrs, rngs, consts)
+    return UNKNOWN
+
+
+def _transpose_split(attrs, ins, outs, consts):
+    """Batch, then height (any axis is valid for a transpose)."""
+    x = ins[0][0]
+    rank = len(x)
+    perm = list(attrs.get("perm", range(rank)[::-1]))
+    out = []
+    for a in [0, 2] + [a for a in range(rank) if a not in (0, 2)]:
+        if a < rank and x[a] >= 2:
+            name = ("batch", "channel", "height", "width")[a] if rank == 4 else ("batch" if a == 0 else f"axis{a}")
+            out.append(SplitAxis(f"input {name}", x[a], ((a, 1),), (perm.index(a), 1)))
+    return out, True
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -54,12 +182,12 @@ def _reshaped(x: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return x.reshape(shape)
 
 
-@kernel("Identity")
+@op("Identity", **_facets(cost=FREE))
 def identity(attrs, inputs):
     return [inputs[0]]
 
 
-@kernel("Dropout")
+@op("Dropout", **_facets(cost=FREE, quant=Quant(MOVEMENT, _NONNEG_IN), params=(1, 2), normalise=_dropout_normalise))
 def dropout(attrs, inputs):
     """Inference dropout: the input unchanged and a mask of ones (training_mode must be 0)."""
     x = inputs[0]
@@ -69,7 +197,7 @@ def dropout(attrs, inputs):
     return [x, fill(np.True_, x.shape)]
 
 
-@kernel("Shape")
+@op("Shape", **_facets(cost=FREE, quant=Quant(FLOAT)))
 def shape(attrs, inputs):
     dims = np.array(inputs[0].shape, dtype=np.int64)
     r = len(dims)
@@ -80,12 +208,12 @@ def shape(attrs, inputs):
     return [dims[start:end].copy()]
 
 
-@kernel("Constant")
+@op("Constant", **_facets(cost=FREE, quant=Quant(FLOAT), normalise=_constant_normalise))
 def constant(attrs, inputs):
     return [np.asarray(attrs["value"])]
 
 
-@kernel("ConstantOfShape")
+@op("ConstantOfShape", **_facets(ByKernel((0,)), quant=Quant(FLOAT), params=(0,)))
 def constant_of_shape(attrs, inputs):
     value = attrs.get("value")
     if value is None:
@@ -93,7 +221,7 @@ def constant_of_shape(attrs, inputs):
     return [fill(np.asarray(value), _ints(inputs[0]))]
 
 
-@kernel("Cast")
+@op("Cast", **_facets(split=split_any(), quant=Quant(FLOAT)))
 def cast(attrs, inputs):
     x, to = inputs[0], np.dtype(attrs["to"])
     if is_fill(x):
@@ -101,7 +229,7 @@ def cast(attrs, inputs):
     return [x.astype(to)]
 
 
-@kernel("Reshape")
+@op("Reshape", **_facets(ByKernel((1,)), cost=FREE, params=(1,)))
 def reshape(attrs, inputs):
     x, target = inputs[0], _ints(inputs[1])
     allowzero = attrs.get("allowzero", 0)
@@ -124,7 +252,7 @@ def reshape(attrs, inputs):
     return [_reshaped(x, out)]
 
 
-@kernel("Flatten")
+@op("Flatten", **_facets(cost=FREE))
 def flatten(attrs, inputs):
     x = inputs[0]
     axis = attrs.get("axis", 1)
@@ -134,7 +262,7 @@ def flatten(attrs, inputs):
     return [_reshaped(x, (outer, inner))]
 
 
-@kernel("Transpose")
+@op("Transpose", **_facets(split=_transpose_split))
 def transpose(attrs, inputs):
     x = inputs[0]
     perm = attrs.get("perm")
@@ -142,7 +270,7 @@ def transpose(attrs, inputs):
     return [np.transpose(x, perm)]
 
 
-@kernel("Squeeze")
+@op("Squeeze", **_facets(ByKernel((1,)), cost=FREE, params=(1,), normalise=_squeeze_normalise))
 def squeeze(attrs, inputs):
     x = inputs[0]
     axes_in = inputs[1] if len(inputs) > 1 else None
@@ -156,7 +284,7 @@ def squeeze(attrs, inputs):
     return [_reshaped(x, [d for i, d in enumerate(x.shape) if i not in axes])]
 
 
-@kernel("Unsqueeze")
+@op("Unsqueeze", **_facets(ByKernel((1,)), cost=FREE, params=(1,), normalise=_squeeze_normalise))
 def unsqueeze(attrs, inputs):
     x = inputs[0]
     rank = x.ndim + len(_ints(inputs[1]))
@@ -167,14 +295,15 @@ def unsqueeze(attrs, inputs):
     return [_reshaped(x, shape)]
 
 
-@kernel("Expand")
+@op("Expand", **_facets(ByKernel((1,)), params=(1,)))
 def expand(attrs, inputs):
     x = inputs[0]
     shape = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1])))
     return [np.broadcast_to(x, shape)]
 
 
-@kernel("Concat")
+@op("Concat", **_facets(split=split_any(reduced_axis_attr("axis", 0)),
+                        quant=Quant(COMPUTE, nonneg_if_data_inputs_are(None), integer="layout", ties_inputs=True)))
 def concat(attrs, inputs):
     xs = [x for x in inputs if x is not None]
     axis = _axis(attrs["axis"], xs[0].ndim)
@@ -188,7 +317,7 @@ def concat(attrs, inputs):
     return [np.concatenate(xs, axis=axis)]
 
 
-@kernel("Gather")
+@op("Gather", **_facets(quant=Quant(MOVEMENT, first_input_range, integer="layout"), params=(1,)))
 def gather(attrs, inputs):
     x, idx = inputs[0], np.asarray(inputs[1])
     axis = _axis(attrs.get("axis", 0), x.ndim)
@@ -220,7 +349,7 @@ def _slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
     return slice(start, None if end < 0 else end, step)
 
 
-@kernel("Slice")
+@op("Slice", **_facets(ByKernel((1, 2, 3, 4)), params=(1, 2, 3, 4), normalise=_slice_normalise))
 def slice_(attrs, inputs):
     x = inputs[0]
     starts, ends = _ints(inputs[1]), _ints(inputs[2])
@@ -235,7 +364,7 @@ def slice_(attrs, inputs):
     return [x[tuple(index)]]
 
 
-@kernel("Split")
+@op("Split", **_facets(ByKernel((1,)), params=(1,), normalise=_split_normalise))
 def split(attrs, inputs):
     """Split along ``axis`` by the ``split`` input (the importer always provides it), or into
     ``num_outputs`` parts of ceil(dim / n) (the last smaller)."""
@@ -260,7 +389,8 @@ def split(attrs, inputs):
     return out
 
 
-@kernel("Pad")
+@op("Pad", **_facets(ByKernel((1, 3)), quant=Quant(COMPUTE, _pad_range, integer="layout"), params=(1, 2, 3),
+                     normalise=_pad_normalise))
 def pad(attrs, inputs):
     """Pad with modes constant, reflect, edge and wrap; negative pads crop."""
     x = inputs[0]
@@ -292,7 +422,7 @@ def pad(attrs, inputs):
     raise ValueError(f"Pad: unknown mode {mode!r}")
 
 
-@kernel("Tile")
+@op("Tile", **_facets(ByKernel((1,)), params=(1,)))
 def tile(attrs, inputs):
     x, reps = inputs[0], _ints(inputs[1])
     if len(reps) != x.ndim or min(reps, default=1) < 0:
@@ -302,7 +432,7 @@ def tile(attrs, inputs):
     return [np.tile(x, reps)]
 
 
-@kernel("Range")
+@op("Range", **_facets(ByKernel((0, 1, 2)), cost=vector(1), quant=Quant(FLOAT), params=(0, 1, 2)))
 def range_(attrs, inputs):
     start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
     n = max(int(np.ceil((limit - start) / delta)), 0)

@@ -11,7 +11,39 @@ from __future__ import annotations
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
-from corefold.executor.registry import kernel
+from corefold.ops.facets import split_any, vector
+from corefold.ops.registry import op
+from corefold.ops.schema import AS_IS, FLOAT, Quant
+
+
+# -- facets ------------------------------------------------------------------------------------------
+def _quantize_infer(attrs, ins, consts):
+    x, _ = ins[0]
+    if len(ins) > 2 and ins[2] is not None:
+        dt = ins[2][1]
+    else:
+        dt = _dtype(attrs.get("output_dtype", "uint8"))
+    return [(x, dt)]
+
+
+def _dequantize_infer(attrs, ins, consts):
+    return [(ins[0][0], ins[1][1])]
+
+
+def _quantize_normalise(imp, n) -> None:
+    if n.attrs.get("output_dtype") in (0, None):
+        n.attrs.pop("output_dtype", None)
+    imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
+
+
+def _per_axis_reduced(attrs, rank):
+    """A per-axis scale ties its axis: cut any other one."""
+    return {int(attrs.get("axis", 1)) % rank}
+
+
+def _qdq(cost, normalise, infer):
+    return dict(normalise=normalise, infer=infer, cost=vector(cost), split=split_any(_per_axis_reduced, whole=(1, 2)),
+                quant=Quant(FLOAT), param_inputs=(1, 2), foldable=False)
 
 
 def _int_range(dtype: np.dtype) -> tuple[int, int]:
@@ -39,7 +71,7 @@ def _dtype(name) -> np.dtype:
     return np.dtype(name)
 
 
-@kernel("QuantizeLinear")
+@op("QuantizeLinear", **_qdq(3, _quantize_normalise, _quantize_infer))
 def quantize_linear(attrs, inputs):
     x, scale = inputs[0], inputs[1]
     zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
@@ -56,7 +88,7 @@ def quantize_linear(attrs, inputs):
     return [np.clip(q, lo, hi).astype(zp.dtype)]
 
 
-@kernel("DequantizeLinear")
+@op("DequantizeLinear", **_qdq(2, AS_IS, _dequantize_infer))
 def dequantize_linear(attrs, inputs):
     x, scale = inputs[0], inputs[1]
     zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 AXES = [None, [1], [-1], [0, 2], [1, 2, 3], []]
 

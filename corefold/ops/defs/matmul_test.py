@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 
 @pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1}, {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},
@@ -24,7 +24,7 @@ def test_matmul(shapes):
 
 @pytest.mark.parametrize("which", ["a", "b"])
 def test_single_value_operands(which):
-    from corefold.executor.kernels.matmul import gemm, matmul
+    from corefold.ops.defs.matmul import gemm, matmul
     rng = np.random.default_rng(2)
     a, b = randn(rng, 5, 7) * np.float32(100), randn(rng, 7, 3) * np.float32(100)
     if which == "a":

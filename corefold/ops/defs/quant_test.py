@@ -1,6 +1,6 @@
 import numpy as np
 
-from corefold.executor.kernels.quant import dequantize_linear, quantize_linear
+from corefold.ops.defs.quant import dequantize_linear, quantize_linear
 
 
 def test_quantize_matches_onnx_semantics():

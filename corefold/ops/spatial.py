@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
+from corefold.ops.arrays import is_fill  # noqa: F401 - re-exported for the kernels
 
 
 def attr_str(attrs: dict[str, Any], name: str, default: str) -> str:
@@ -126,10 +127,6 @@ def windows(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilat
 _PACKED: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 
 
-def is_fill(a: np.ndarray) -> bool:
-    """Whether ``a`` is a single value broadcast (all strides 0), as the importer stores
-    single-value constants."""
-    return a.size > 1 and all(s == 0 for s in a.strides)
 
 
 def packed(a: np.ndarray) -> np.ndarray:
@@ -155,3 +152,60 @@ def packed(a: np.ndarray) -> np.ndarray:
         return copy
     _PACKED[key] = (ref, copy)
     return copy
+
+
+def out_sizes(attrs: dict[str, Any], x: Sequence[int], kernel: Sequence[int], *, ceil: bool = False) -> list[int]:
+    """Spatial output sizes of a sliding-window op on input shape ``x`` (N, C, *S), from
+    explicit ``pads`` (the importer has already replaced ``auto_pad``). O(rank).
+
+    Raises:
+        ValueError: an output size would be <= 0.
+    """
+    n = len(x) - 2
+    strides = attrs.get("strides", [1] * n)
+    dil = attrs.get("dilations", [1] * n)
+    pads = attrs.get("pads", [0] * (2 * n))
+    out = []
+    for i in range(n):
+        eff = (kernel[i] - 1) * dil[i] + 1
+        span = x[2 + i] + pads[i] + pads[i + n] - eff
+        if ceil:
+            o = -(-span // strides[i]) + 1
+            if (o - 1) * strides[i] >= x[2 + i] + pads[i]:  # last window starts in the padding
+                o -= 1
+        else:
+            o = span // strides[i] + 1
+        if o <= 0:
+            raise ValueError(f"spatial output size {o} <= 0 for input {list(x)}")
+        out.append(o)
+    return out
+
+
+def spatial_pads_normalise(imp, n) -> None:
+    """Replace ``auto_pad`` by explicit ``pads`` (shapes are static at import); the kernel
+    size is ``kernel_shape`` or, for Conv, the weight's spatial shape."""
+    if "kernel_shape" in n.attrs:
+        kernel = list(n.attrs["kernel_shape"])
+    else:
+        kernel = list(n.inputs[1].shape[2:])
+    mode = n.attrs.pop("auto_pad", "NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("NOTSET", ""):
+        x = n.inputs[0].shape
+        k = len(x) - 2
+        if mode == "VALID":
+            n.attrs["pads"] = [0] * (2 * k)
+        elif mode in ("SAME_UPPER", "SAME_LOWER"):
+            strides = n.attrs.get("strides", [1] * k)
+            dil = n.attrs.get("dilations", [1] * k)
+            begin, end = [], []
+            for i in range(k):
+                out = -(-x[2 + i] // strides[i])
+                total = max((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - x[2 + i], 0)
+                small, big = total // 2, total - total // 2
+                begin.append(small if mode == "SAME_UPPER" else big)
+                end.append(big if mode == "SAME_UPPER" else small)
+            n.attrs["pads"] = begin + end
+        else:
+            raise UnsupportedOpError(f"node '{n.name}' ({n.op}): auto_pad={mode} is not supported")
+    imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 f32 = np.float32
 CTMS = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric"]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.executor.kernels.ort_oracle_test import check_node, randn
+from corefold.ops.ort_oracle_test import check_node, randn
 
 CASES = [
     {"kernel_shape": [3, 3]},
@@ -54,7 +54,7 @@ def test_global_pool(op):
 
 
 def test_windows_is_the_strided_sliding_window_view():
-    from corefold.executor.kernels.spatial import windows
+    from corefold.ops.spatial import windows
     rng = np.random.default_rng(5)
     xp = randn(rng, 2, 3, 13, 11)
     for kernel, strides, dil in [((3, 3), (1, 1), (1, 1)), ((3, 2), (2, 3), (2, 1)), ((1, 4), (3, 1), (1, 2))]:
