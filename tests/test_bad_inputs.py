@@ -210,3 +210,24 @@ def test_sigterm_leaves_no_partial_output(tmp_path):
     assert proc.returncode == 143, err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == [], os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["topology", "generate", "random", "-o", "{t}/r.zip", "--n", "0"], "--n"),
+    (["topology", "generate", "random", "-o", "{t}/r.zip", "--n", "-5"], "--n"),
+    (["topology", "generate", "random", "-o", "{t}/r.zip", "--max-weight", "0"], "--max-weight"),
+    (["topology", "generate", "random", "-o", "{t}/r.zip", "--level", "99"], "--level"),
+    (["topology", "generate", "random", "-o", "{t}/r.zip", "--seed", "-1"], "--seed"),
+    (["topology", "generate", "lenet", "-o", "{t}"], "folder"),
+    (["topology", "convert", "{t}/empty.txt", "{t}/e.zip"], "no edges"),
+    (["topology", "convert", "{t}/huge-id.txt", "{t}/h.zip"], "4000000000"),
+    (["topology", "convert", "{t}/empty.txt", "{t}/empty.txt"], "input"),
+    (["map", "{t}/empty.txt", "-o", "{t}/m.npz", "--mesh", "100000x100000"], "cores"),
+    (["map", "{t}/empty.txt", "-o", "{t}/m.npz", "--seed", "-1"], "--seed"),
+    (["map", "{t}/empty.txt", "-o", "{t}/m.npz", "--heatmap", "{t}/nodir/h.png"], "nodir"),
+    (["map", "{t}/empty.txt", "-o", "{t}/empty.txt"], "input"),
+])
+def test_bad_topology_and_map_arguments(tmp_path, capsys, argv, needle):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "huge-id.txt").write_text("0 4000000000 1\n")
+    _expect_error([a.replace("{t}", str(tmp_path)) for a in argv], tmp_path, capsys, needle)

@@ -34,7 +34,10 @@ def non_negative_int(text: str) -> int:
 
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
-    value = non_negative_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
     return value
