@@ -257,7 +257,8 @@ class Importer:
             dims: list[int | str | None] = []
             if tt.HasField("shape"):
                 for d in tt.shape.dim:
-                    dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+                    # dim_value <= 0 (Paddle2ONNX writes -1) is dynamic, as ONNX Runtime reads it
+                    dims.append(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None))
             bound = self.bindings.get(vi.name)
             if bound is not None:
                 bound = tuple(int(b) for b in bound)
