@@ -66,7 +66,7 @@ class MapSettings:
             when a side is over a capacity (two binding capacities; 0 = off).
         rebalance_tolerance: when two capacities bind, rebalance every bisection level
             towards each side's share of both loads times (1 + this), not just below its
-            capacities (``initial.balance_caps``; None = to the capacities).
+            capacities (``balance.balance_caps``; None = to the capacities).
         eject_scan: the final refinement also pairs each improving move into a full core
             with the cheapest eviction back among this many members of that core
             (``exchange.eject_pass``; 0 = off).
