@@ -207,7 +207,9 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
                                    rebalance_moves=settings.rebalance_moves, threads=settings.worker_threads(),
-                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance)
+                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance,
+                                   coarsest=settings.bisection_coarsest, max_levels=settings.max_levels,
+                                   expansion=settings.matching_rating == "expansion")
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]

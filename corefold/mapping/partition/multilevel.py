@@ -19,7 +19,8 @@ from corefold.mapping.partition.initial import bisect
 def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: np.ndarray,
                       rng: np.random.Generator, restarts: int = 4, repeats: int = 4,
                       min_shrink: float = 0.2, coarsest: int = 128, rebalance_moves: int = 0,
-                      two_hop: bool = False, rebalance_tolerance: float | None = None) -> np.ndarray:
+                      two_hop: bool = False, rebalance_tolerance: float | None = None, max_levels: int = 40,
+                      expansion: bool = False) -> np.ndarray:
     """The seed's phases applied to one bisection: coarsen, grow, uncoarsen with FM.
 
     Coarsening merges vertices up to 1/``coarsest`` of the total load and stops near
@@ -27,15 +28,16 @@ def multilevel_bisect(indptr, indices, weights, loads, caps2: np.ndarray, bias: 
     :func:`bisect` (greedy growing, restarts); every finer level is refined by
     :func:`fm_refine`, after :func:`rebalance` (``rebalance_moves`` > 0) restores the
     capacities the coarse sides missed (aimed at :func:`balance_caps` with
-    ``rebalance_tolerance``). ``bias`` (per vertex) is summed onto coarse vertices.
+    ``rebalance_tolerance``). ``bias`` (per vertex) is summed onto coarse vertices. At most
+    ``max_levels`` levels; ``expansion`` rates edges by w^2 / (n_u n_v) while matching.
 
     Returns:
         int64 side per vertex. Complexity O(repeats * m) plus the FM passes.
     """
     total = loads.sum(axis=0)
     limit = np.maximum(total // coarsest, 1).astype(np.int64)
-    levels = coarsen(Level(indptr, indices, weights, loads), limit, rng, repeats, min_shrink, 40,
-                     min_vertices=coarsest, two_hop=two_hop)
+    levels = coarsen(Level(indptr, indices, weights, loads), limit, rng, repeats, min_shrink, max_levels,
+                     min_vertices=coarsest, expansion=expansion, two_hop=two_hop)
     biases = [bias]
     for lv in levels[:-1]:
         biases.append(np.bincount(lv.coarse_of, weights=biases[-1], minlength=int(lv.coarse_of.max()) + 1))

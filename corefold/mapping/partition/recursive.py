@@ -115,7 +115,8 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
                         repeats: int = 4, min_shrink: float = 0.2, progress=None,
                         bias_scale: float = 1.0, top_tries: int = 1, rebalance_moves: int = 0,
                         threads: int = 1, two_hop: bool = False,
-                        rebalance_tolerance: float | None = None) -> np.ndarray:
+                        rebalance_tolerance: float | None = None, coarsest: int = 128, max_levels: int = 40,
+                        expansion: bool = False) -> np.ndarray:
     """Assign every vertex to a slot by recursive bisection, one depth at a time.
 
     The nodes of one depth hold disjoint vertex sets and are bisected independently, on
@@ -139,6 +140,7 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
         two_hop: 2-hop matching while coarsening (see :func:`.coarsen.two_hop_matching`).
         rebalance_tolerance: rebalance each side to its share of the load times (1 + this)
             (None: to its capacity); see :func:`balance_caps`.
+        coarsest, max_levels, expansion: passed to :func:`multilevel_bisect`.
 
     Returns:
         int64 slot id per vertex. Complexity O(log s) rounds over the graph.
@@ -181,7 +183,8 @@ def recursive_bisection(indptr, indices, weights, loads, slot_caps: np.ndarray,
             for _ in range(tries):
                 cand = multilevel_bisect(sptr, sidx, sw, loads[verts], caps2, bias, node_rng, restarts, repeats,
                                          min_shrink, rebalance_moves=rebalance_moves, two_hop=two_hop,
-                                         rebalance_tolerance=rebalance_tolerance)
+                                         rebalance_tolerance=rebalance_tolerance, coarsest=coarsest,
+                                         max_levels=max_levels, expansion=expansion)
                 cost = bisection_cost(sptr, sidx, sw, cand, bias) if tries > 1 else 0.0
                 if best is None or cost < best:
                     side, best = cand, cost
