@@ -20,13 +20,16 @@ nothing (each round at least halves nothing it cannot), which is what makes pair
 strategies reach few executables.
 
 ``optimal`` is the reference the strategies are measured against: the minimum number of
-executables over all ways to group the chain into contiguous ranges that fit. If a range
+executables over all ways to group a chain into contiguous ranges that fit. If a range
 fits, so does every range inside it (feasibility is monotone: assumed, as for any sane
 compiler; it holds for corefold's backend), so the ranges reachable from each start form
-a prefix, ``reach(i)`` never decreases with ``i``, and a two-pointer sweep finds every
-``reach`` with O(m) feasibility checks; greedy accumulation from the head is then optimal
-(an exchange argument), and the DP ``f(j) = 1 + min over i with reach(i) >= j of f(i)``
-confirms it. Cost: O(m) fits calls plus O(m) arithmetic.
+a prefix and ``reach(i)`` never decreases with ``i``. The DP
+``f(j) = 1 + min over i with reach(i) >= j of f(i)`` is then solved by greedy accumulation
+from the head (an exchange argument): :func:`minimum_chain` finds every ``reach`` with a
+two-pointer sweep (O(m) feasibility checks) and runs the DP; :func:`minimum_cover` takes
+the greedy steps directly over single operators, finding each step's furthest end by
+galloping and binary search: O(k log(n / k)) checks for k executables of n operators, so
+the reference ranges over every cut position of the order, not only the chain's.
 """
 
 from __future__ import annotations
@@ -195,6 +198,40 @@ def minimum_chain(chain: list[Piece], svc: CompileService) -> list[Piece]:
     return [_span(chain, i, j) for i, j in reversed(cuts)]
 
 
+def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[Piece]:
+    """The fewest ranges covering ``[start, end)`` of the order that each fit (module
+    docstring), single operators being the finest grain.
+
+    Raises:
+        ValueError: a single operator does not fit (nothing covers it).
+    """
+    out: list[Piece] = []
+    s = start
+    while s < end:
+        if not fits(Piece(s, s + 1)):
+            raise ValueError(f"operator at position {s} does not fit on its own")
+        lo, step = s + 1, 1  # lo: an end known to fit
+        hi = None  # an end known not to fit
+        while hi is None:
+            probe = min(lo + step, end)
+            if probe == lo:
+                break
+            if fits(Piece(s, probe)):
+                lo, step = probe, step * 2
+            else:
+                hi = probe
+        if hi is not None:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if fits(Piece(s, mid)):
+                    lo = mid
+                else:
+                    hi = mid
+        out.append(Piece(s, lo))
+        s = lo
+    return out
+
+
 def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attributes, limits: GroupLimits,
          rounds: int = 0) -> list[Piece]:
     """Apply ``strategy`` (``a``, ``b``, ``c``, ``d``, ``optimal`` or ``none``) for at most
@@ -212,7 +249,7 @@ def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attribut
     if strategy == "none":
         return list(chain)
     if strategy == "optimal":
-        best = minimum_chain(chain, svc)
+        best = minimum_chain(chain, svc) if len(chain) <= 2 else minimum_cover(chain[0].start, chain[-1].end, svc.fits)
         outcomes = svc.compile_many(best)
         if all(o.ok for o in outcomes):
             return best

@@ -29,7 +29,7 @@ from corefold.ir import Graph, Node
 from corefold.passes.serial.chain import Attributes, Piece, extract
 from corefold.passes.serial.compilers import CompileService
 from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
-from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_chain
+from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_cover
 from corefold.pipeline import Equivalence, PassResult
 
 
@@ -223,7 +223,7 @@ def fuse_prepared(prep: Prepared, settings: SerialSettings, svc_factory, strateg
         calls = prep.split_calls + svc.calls
         minimum = None
         if settings.reference if reference is None else reference:
-            minimum = len(minimum_chain(prep.chain, svc))
+            minimum = len(minimum_cover(0, len(prep.order), svc.fits))
     finally:
         svc.close()
     return SerialResult(prep.order, fused, [o.executable for o in outcomes], calls, svc.fits_calls, prep.chain,

@@ -256,3 +256,30 @@ def test_group_limits_bound_strategy_a():
     attrs = Attributes.of(order)
     limits = GroupLimits(max_nodes=3)
     assert limits.within_max(attrs, Piece(0, 3)) and not limits.within_max(attrs, Piece(0, 4))
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_galloping_cover_equals_the_dp_over_every_position(seed, n):
+    """minimum_cover (greedy steps found by galloping) gives the DP's count over single
+    positions, with far fewer feasibility checks."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 10, n)
+    limit = int(rng.integers(int(sizes.max()), int(sizes.sum()) + 1))
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    calls = []
+
+    def fits(p):
+        calls.append(p)
+        return prefix[p.end] - prefix[p.start] <= limit
+
+    from corefold.passes.serial.fusion import minimum_cover
+
+    got = minimum_cover(0, n, fits)
+    assert got[0].start == 0 and got[-1].end == n and all(fits(p) for p in got)
+
+    class Svc:
+        def fits(self, p):
+            return prefix[p.end] - prefix[p.start] <= limit
+
+    assert len(got) == len(minimum_chain([Piece(i, i + 1) for i in range(n)], Svc()))
