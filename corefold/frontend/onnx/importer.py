@@ -19,15 +19,16 @@ import onnx
 from onnx import ModelProto
 
 from corefold import ops
-from corefold.errors import CorefoldError, ModelError, ShapeError, UnsupportedOpError
+from corefold.errors import CorefoldError, DataError, ModelError, ShapeError, UnsupportedOpError
 from corefold.frontend.onnx.protos import attribute_value, numpy_dtype, tensor_to_numpy
 from corefold.ir import Graph, Node, Value
 from corefold.ops import fill, is_fill
 
 #: Opset versions of the default domain corefold reads.
-MIN_OPSET, MAX_OPSET = 6, 22
+MIN_OPSET, MAX_OPSET = 6, 28
 
-def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None = None) -> Graph:
+def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None = None,
+               values: dict[str, np.ndarray] | None = None) -> Graph:
     """Read an ONNX file and import it (see :func:`from_onnx`).
 
     Raises:
@@ -44,7 +45,7 @@ def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None 
     except Exception as exc:  # noqa: BLE001 - protobuf raises various errors on junk
         raise ModelError(f"'{p}': not a readable ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'parse error'})") from None
     try:
-        return from_onnx(model, shapes, source=str(p))
+        return from_onnx(model, shapes, source=str(p), values=values)
     except CorefoldError as exc:
         if str(p) in str(exc):
             raise
@@ -52,28 +53,35 @@ def load_model(path: str | os.PathLike, shapes: dict[str, Sequence[int]] | None 
 
 
 def from_onnx(model: ModelProto, shapes: dict[str, Sequence[int]] | None = None,
-              source: str = "<model>") -> Graph:
+              source: str = "<model>", values: dict[str, np.ndarray] | None = None) -> Graph:
     """Import an ONNX model as an IR graph with static shapes, in opset-21 form.
 
     Args:
         model: the model proto.
         shapes: input name -> shape binding dynamic dimensions (or overriding the shape).
         source: how to name the model in error messages (the file name).
+        values: input name -> array binding a graph input to a constant, folded at import
+            (a compiler specialises on axes, starts, shapes, ``k`` or indices given as
+            inputs this way). The array's dtype must be the input's element type and its
+            shape must fit the input's static dimensions.
 
     Raises:
         ModelError: the model is malformed (no graph, undefined values, bad opset).
         UnsupportedOpError: a node uses an operator or domain corefold does not handle.
         ShapeError: an input dimension is unbound, a binding names no input or contradicts
             a static dimension, or a value's shape cannot be determined.
+        DataError: a bound value's dtype or shape does not fit its input.
     """
-    return Importer(model, shapes or {}, source).run()
+    return Importer(model, shapes or {}, source, values or {}).run()
 
 
 class Importer:
     """One import. Normalisers call :meth:`emit`, :meth:`const` and :meth:`value`."""
 
-    def __init__(self, model: ModelProto, shapes: dict[str, Sequence[int]], source: str):
+    def __init__(self, model: ModelProto, shapes: dict[str, Sequence[int]], source: str,
+                 values: dict[str, np.ndarray] | None = None):
         self.model, self.bindings, self.source = model, dict(shapes), source
+        self.values = dict(values or {})
         self.graph = Graph(model.graph.name or "main")
         self.env: dict[str, Value] = {}
         self.reserved: set[str] = set()
@@ -192,7 +200,10 @@ class Importer:
         g.metadata = {p.key: p.value for p in model.metadata_props}
         g.opset = 21
         base_dir = str(Path(self.source).parent) if self.source != "<model>" else None
+        self._bind_values()
         for t in graph.initializer:
+            if t.name in self.env:  # an initializer listed as an input, overridden by a bound value
+                continue
             data = _compact(tensor_to_numpy(t, f"initializer '{t.name}'", base_dir))
             self.env[t.name] = g.add_constant(self._claim_onnx(t.name), data)
         self._bind_inputs()
@@ -241,6 +252,21 @@ class Importer:
                              f"{MIN_OPSET} to {MAX_OPSET})")
         return v
 
+    def _bind_values(self) -> None:
+        """Bind the inputs the caller gave values for to constants (before initializers: a
+        value overrides an initializer's default)."""
+        graph = self.model.graph
+        declared = {vi.name for vi in graph.input}
+        for key in self.values:
+            if key not in declared:
+                init = {t.name for t in graph.initializer}
+                names = [vi.name for vi in graph.input if vi.name not in init]
+                raise ShapeError(f"--value {key}=...: the model has no input '{key}' "
+                                 f"(inputs: {', '.join(names) or 'none'})")
+        for vi in graph.input:
+            if vi.name in self.values:
+                self._bind_value(vi)
+
     def _bind_inputs(self) -> None:
         graph = self.model.graph
         real = [vi for vi in graph.input if vi.name not in self.env]
@@ -250,26 +276,19 @@ class Importer:
                 raise ShapeError(f"--shape {key}=...: the model has no input '{key}' "
                                  f"(inputs: {', '.join(names) or 'none'})")
         for vi in real:
-            tt = vi.type.tensor_type
-            if not vi.type.HasField("tensor_type"):
-                raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor")
-            dtype = numpy_dtype(tt.elem_type, f"graph input '{vi.name}'")
-            dims: list[int | str | None] = []
-            if tt.HasField("shape"):
-                for d in tt.shape.dim:
-                    dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+            dtype, dims = self._input_type(vi)
             bound = self.bindings.get(vi.name)
             if bound is not None:
                 bound = tuple(int(b) for b in bound)
-                if tt.HasField("shape") and len(bound) != len(dims):
+                if dims is not None and len(bound) != len(dims):
                     raise ShapeError(f"--shape {vi.name}: {len(bound)} dimensions given, the input has rank {len(dims)}")
-                for i, (d, b) in enumerate(zip(dims, bound, strict=False)):
+                for i, (d, b) in enumerate(zip(dims or [], bound, strict=False)):
                     if isinstance(d, int) and d != b:
                         raise ShapeError(f"--shape {vi.name}: dimension {i} is fixed at {d} in the model, "
                                          f"cannot bind it to {b}")
                 shape = bound
             else:
-                if not tt.HasField("shape"):
+                if dims is None:
                     raise ShapeError(f"graph input '{vi.name}' has an unknown rank; bind its shape with "
                                      f"--shape {vi.name}=D0,D1,...")
                 for i, d in enumerate(dims):
@@ -280,6 +299,48 @@ class Importer:
                 shape = tuple(int(d) for d in dims)
             v = self.graph.add_input(self._claim_onnx(vi.name), shape, dtype)
             self.env[vi.name] = v
+
+    def _input_type(self, vi: onnx.ValueInfoProto) -> tuple[np.dtype, list[int | str | None] | None]:
+        """An input's dtype and declared dimensions (an int when static; a name or None when
+        dynamic, as is ``dim_value <= 0``, which ONNX Runtime reads as dynamic too); None: rank unknown.
+
+        Raises:
+            UnsupportedOpError: the input is not a tensor, or of an unsupported type.
+        """
+        if not vi.type.HasField("tensor_type"):
+            kind = vi.type.WhichOneof("value") or "unknown"
+            raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor (it is a {kind.replace('_type', '')}); "
+                                     "corefold handles tensors only")
+        tt = vi.type.tensor_type
+        dtype = numpy_dtype(tt.elem_type, f"graph input '{vi.name}'")
+        if not tt.HasField("shape"):
+            return dtype, None
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(d.dim_param or None)
+        return dtype, dims
+
+    def _bind_value(self, vi: onnx.ValueInfoProto) -> None:
+        """Bind graph input ``vi`` to the constant the caller gave for it.
+
+        Raises:
+            DataError: the array's dtype is not the input's, or its shape contradicts a
+                static dimension or the rank.
+        """
+        data = np.asarray(self.values[vi.name])
+        dtype, dims = self._input_type(vi)
+        if data.dtype != dtype:
+            raise DataError(f"--value {vi.name}: the array has dtype {data.dtype}, the input is {dtype}")
+        if dims is not None:
+            if len(dims) != data.ndim:
+                raise DataError(f"--value {vi.name}: the array has rank {data.ndim}, the input has rank {len(dims)}")
+            for i, (d, n) in enumerate(zip(dims, data.shape, strict=True)):
+                if isinstance(d, int) and d != n:
+                    raise DataError(f"--value {vi.name}: dimension {i} is fixed at {d} in the model, the array has {n}")
+        self.env[vi.name] = self.graph.add_constant(self._claim_onnx(vi.name), _compact(data))
 
     def _claim_onnx(self, name: str) -> str:
         if self.graph.has_name(name):
