@@ -21,6 +21,41 @@ def parse_shape_binding(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (seeds, counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (no nan, no inf)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def add_shape_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", action="append", type=parse_shape_binding, default=[], metavar="NAME=D0,D1,...",
                         help="bind an input's shape (repeatable); required for dynamic dimensions")

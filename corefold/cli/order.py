@@ -10,6 +10,7 @@ from corefold.cli.common import (
     add_shape_argument,
     add_target_argument,
     atomic_output,
+    check_outputs,
     shape_bindings,
 )
 
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from corefold.frontend.onnx import load_model, save_model
     from corefold.passes.order import PRESETS, order_graph, segments
     from corefold.target import load_target
+
+    check_outputs([("-o", args.output), ("--report", args.report), ("--gantt", args.gantt)], inputs=[args.model])
 
     target = load_target(args.target)
     graph = load_model(args.model, shape_bindings(args))

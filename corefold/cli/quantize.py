@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from corefold.cli.common import add_shape_argument, atomic_output, shape_bindings
+from corefold.cli.common import add_shape_argument, atomic_output, check_outputs, shape_bindings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from corefold.frontend.onnx import load_model, save_model
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
 
+    check_outputs([("-o", args.output), ("-o (its .json)", str(Path(args.output).with_suffix(".json")))],
+                  inputs=[args.model, args.calib])
     settings = QuantizeSettings(bits=args.bits, weight_bits=args.weight_bits, per_channel=args.per_channel,
                                 calibration=args.calibration, percentile=args.percentile,
                                 unsigned_rule=not args.symmetric_only, target_sqnr_db=args.target_sqnr,

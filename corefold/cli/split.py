@@ -8,6 +8,7 @@ import argparse
 from corefold.cli.common import (
     add_shape_argument,
     add_target_argument,
+    check_outputs,
     shape_bindings,
 )
 
@@ -24,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from corefold.passes.split import split_graph
     from corefold.target import load_target
 
+    check_outputs([("-o", args.output)], inputs=[args.model])
     target = load_target(args.target)
     graph = load_model(args.model, shape_bindings(args))
     before = len(graph)

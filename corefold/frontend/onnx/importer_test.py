@@ -287,3 +287,19 @@ def test_every_operator_entry_has_every_facet():
         if e.refuse or e.infer is ops.NONE:
             continue
         assert callable(e.kernel) and isinstance(e.cost, ops.Cost), e.op_type
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_non_positive_dim_value_is_dynamic_as_onnxruntime_reads_it(dim):
+    """Paddle2ONNX writes ``dim_value: -1`` for a dynamic dimension: it needs --shape, and
+    accepts it (ONNX Runtime runs such a model at any size)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])
+    x.type.tensor_type.shape.dim[0].Clear()
+    x.type.tensor_type.shape.dim[0].dim_value = dim
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(ShapeError, match="dimension 0"):
+        from_onnx(m)
+    g = from_onnx(m, {"x": (4, 3)})
+    assert g.inputs[0].shape == (4, 3)
