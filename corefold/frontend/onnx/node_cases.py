@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["NodeCase", "load_cases", "split_feeds", "run_ort", "compare_outputs", "case_ops", "input_names"]
+__all__ = ["NodeCase", "load_cases", "split_feeds", "parameter_names", "run_ort", "compare_outputs", "case_ops", "input_names"]
 
 
 @dataclass
@@ -113,17 +113,56 @@ def case_ops(model: onnx.ModelProto) -> set[str]:
     return found
 
 
-def _is_value_input(array: Any) -> bool:
-    return isinstance(array, np.ndarray) and (np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_)
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                out.extend(_all_nodes(sub))
+    return out
+
+
+#: operators whose output depends only on their input's shape and type, never its values
+_SHAPE_ONLY = {"Shape", "Size", "EyeLike", "ConstantOfShape", "RandomNormalLike", "RandomUniformLike"}
+
+
+def parameter_names(model: onnx.ModelProto) -> set[str]:
+    """Values some node reads as a parameter (the operator table's ``param_inputs``:
+    shapes, axes, indices, Resize scales, Range bounds, Clip bounds, If conditions, Loop
+    trip counts, ...), and every value those are computed from (except through operators
+    that read only a shape, such as Shape). O(nodes)."""
+    from corefold import ops
+
+    nodes = _all_nodes(model.graph)
+    names: set[str] = set()
+    for n in nodes:
+        entry = ops.lookup(n.op_type, n.domain)
+        params = entry.param_inputs if entry is not None and isinstance(entry.param_inputs, tuple) else ()
+        names.update(n.input[i] for i in params if i < len(n.input) and n.input[i])
+    producer = {o: n for n in nodes for o in n.output if o}
+    todo = list(names)
+    while todo:
+        n = producer.get(todo.pop())
+        if n is None or n.op_type in _SHAPE_ONLY:
+            continue
+        for i in n.input:
+            if i and i not in names:
+                names.add(i)
+                todo.append(i)
+    return names
 
 
 def split_feeds(model: onnx.ModelProto, inputs: list[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(feeds, values)``: integer and boolean inputs become values bound at import (axes,
-    shapes, indices, ``k``, conditions, trip counts: what a compiler specialises on),
-    everything else stays a feed."""
+    """``(feeds, values)``: integer and boolean inputs, and inputs that some node reads as a
+    parameter, become values bound at import (axes, shapes, indices, ``k``, scales,
+    conditions, trip counts: what a compiler specialises on); the rest stay feeds."""
+    params = parameter_names(model)
     feeds, values = {}, {}
     for name, array in zip(input_names(model), inputs, strict=False):
-        (values if _is_value_input(array) else feeds)[name] = array
+        bind = isinstance(array, np.ndarray) and (
+            np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_ or name in params)
+        (values if bind else feeds)[name] = array
     return feeds, values
 
 

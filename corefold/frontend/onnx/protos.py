@@ -65,7 +65,8 @@ def numpy_to_tensor(a: np.ndarray, name: str) -> TensorProto:
 
 
 def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
-    """An attribute proto as Python: int, float, str, list of those, or np.ndarray."""
+    """An attribute proto as Python: int, float, str, list of those, np.ndarray, or the
+    ``GraphProto`` of a subgraph."""
     t = a.type
     if t == AttributeProto.INT:
         v: Any = int(a.i)
@@ -81,6 +82,8 @@ def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
         v = [s.decode("utf-8", errors="replace") for s in a.strings]
     elif t == AttributeProto.TENSOR:
         v = tensor_to_numpy(a.t, f"{what} attribute '{a.name}'")
+    elif t == AttributeProto.GRAPH:
+        v = a.g  # a subgraph (If branches, Loop and Scan bodies): the importer inlines it
     else:
         raise UnsupportedOpError(f"{what}: attribute '{a.name}' of type "
                                  f"{AttributeProto.AttributeType.Name(t)} is not supported")
