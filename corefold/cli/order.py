@@ -12,6 +12,7 @@ from corefold.cli.common import (
     atomic_output,
     check_outputs,
     shape_bindings,
+    value_bindings,
 )
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("-o", args.output), ("--report", args.report), ("--gantt", args.gantt)], inputs=[args.model])
 
     target = load_target(args.target)
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     settings = PRESETS[args.preset]
     if args.budget_seconds is not None:
         if args.budget_seconds < 0:

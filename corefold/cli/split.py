@@ -10,6 +10,7 @@ from corefold.cli.common import (
     add_target_argument,
     check_outputs,
     shape_bindings,
+    value_bindings,
 )
 
 
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_outputs([("-o", args.output)], inputs=[args.model])
     target = load_target(args.target)
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     before = len(graph)
     res = split_graph(graph, target)
     save_model(graph, args.output)  # atomic: temp file, then rename

@@ -330,6 +330,8 @@ class Importer:
         graph = self.model.graph
         declared = {vi.name for vi in graph.input}
         for key in self.values:
+            if key in self.bindings:
+                raise ShapeError(f"--shape {key} and --value {key}: bind input '{key}' either to a shape or to a value")
             if key not in declared:
                 init = {t.name for t in graph.initializer}
                 names = [vi.name for vi in graph.input if vi.name not in init]

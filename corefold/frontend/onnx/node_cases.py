@@ -45,7 +45,7 @@ class NodeCase:
 
 
 def _cache_file(cache_dir: str | os.PathLike) -> Path:
-    return Path(cache_dir) / f"onnx-{onnx.__version__}-numpy-{np.__version__}.pkl"
+    return Path(cache_dir) / f"v1-onnx-{onnx.__version__}-numpy-{np.__version__}.pkl"
 
 
 def load_cases(cache_dir: str | os.PathLike) -> list[NodeCase]:
