@@ -22,6 +22,7 @@ from onnx import ModelProto
 from corefold import ops
 from corefold.errors import CorefoldError, DataError, ModelError, ShapeError, UnsupportedOpError
 from corefold.frontend.onnx.protos import attribute_value, numpy_dtype, tensor_to_numpy
+from corefold.frontend.onnx.schemas import check_input_types, since
 from corefold.ir import Graph, Node, Value
 from corefold.ops import fill, is_fill
 
@@ -275,6 +276,7 @@ class Importer:
                                      f"'{n.domain}') is not supported")
         entry = ops.get(n.op_type, where=f"node '{name}'")
         ins = [self.value(i, name) for i in n.input]
+        check_input_types(n.op_type, self.opset, [None if v is None else (v.name, v.dtype) for v in ins], name)
         if entry.refuse and not (callable(entry.kernel) and all(v is None or v.is_constant for v in ins)):
             raise UnsupportedOpError(f"node '{name}': operator {n.op_type} is not supported: {entry.refuse}")
         attrs = {a.name: attribute_value(n.op_type, a, f"node '{name}' ({n.op_type})") for a in n.attribute}
@@ -314,7 +316,7 @@ class Importer:
         v = int(versions.get("", versions.get("ai.onnx")))
         if 1 <= v < MIN_OPSET:
             changed = sorted({n.op_type for n in _all_nodes(self.model.graph) if n.domain in ("", "ai.onnx")
-                              and _since(n.op_type, v) != _since(n.op_type, MIN_OPSET)})
+                              and since(n.op_type, v) != since(n.op_type, MIN_OPSET)})
             if not changed:
                 return MIN_OPSET
             raise ModelError(f"{self.source}: ONNX opset {v} is not supported (corefold reads opsets {MIN_OPSET} to "
@@ -439,14 +441,6 @@ def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 out.extend(_all_nodes(sub))
     return out
-
-
-def _since(op_type: str, opset: int) -> int | None:
-    """The opset version of ``op_type``'s definition in force at ``opset`` (None: none)."""
-    try:
-        return int(onnx.defs.get_schema(op_type, opset, "").since_version)
-    except Exception:  # noqa: BLE001 - onnx raises SchemaError for unknown operators
-        return None
 
 
 def _names_read(graph: onnx.GraphProto) -> set[str]:

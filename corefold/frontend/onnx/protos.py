@@ -42,6 +42,11 @@ def numpy_dtype(elem_type: int, what: str) -> np.dtype:
     return ONNX_TO_NUMPY[elem_type]
 
 
+def onnx_dtype_code(dtype: np.dtype | str) -> int | None:
+    """The ONNX element type of a NumPy dtype, or None."""
+    return NUMPY_TO_ONNX.get(np.dtype(dtype))
+
+
 def onnx_dtype(dtype: np.dtype | str, what: str) -> int:
     dt = np.dtype(dtype)
     if dt not in NUMPY_TO_ONNX:
