@@ -5,13 +5,14 @@ on sequences, optionals or strings.
 Importing one fails with one line naming the node, the operator and the reason (the
 ``refuse`` facet), unless the entry has a kernel and every input of the node is a
 constant (after ``--value`` bindings): the importer then folds it into a constant, which
-is static whatever its shape (NonZero).
+is static whatever its shape (NonZero). Compress with a constant condition is a Gather.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from corefold.errors import UnsupportedOpError
 from corefold.ops.registry import define
 from corefold.ops.schema import AS_IS, NONE, OpDef
 
@@ -22,7 +23,7 @@ _OPTIONAL = "it works on optional values, which corefold's tensor IR does not re
 _STRING = "it works on strings, which corefold does not support"
 
 REFUSED = {
-    "NonZero": _DATA_SHAPE, "Unique": _DATA_SHAPE, "Compress": _DATA_SHAPE,
+    "NonZero": _DATA_SHAPE, "Unique": _DATA_SHAPE,
     "NonMaxSuppression": _DATA_SHAPE, "ImageDecoder": _DATA_SHAPE + " (it decodes an encoded image)",
     "RandomNormal": _RANDOM, "RandomUniform": _RANDOM, "RandomNormalLike": _RANDOM,
     "RandomUniformLike": _RANDOM, "Multinomial": _RANDOM, "Bernoulli": _RANDOM,
@@ -41,6 +42,28 @@ def nonzero(attrs, inputs):
 
 
 KERNELS = {"NonZero": nonzero}
+
+
+def _compress_normalise(imp, n) -> None:
+    """Compress with a constant condition (a bound value) selects fixed indices: a Gather
+    (of the flattened input when there is no ``axis``). A condition computed from data
+    decides the output shape and is refused. O(condition length)."""
+    x, cond = n.inputs[0], n.inputs[1]
+    if cond.const is None:
+        raise UnsupportedOpError(f"node '{n.name}' (Compress): the condition '{cond.name}' depends on data, and "
+                                 f"with it the output shape (bind the input it comes from with --value)")
+    axis = n.attrs.get("axis")
+    dim = int(np.prod(x.shape, dtype=np.int64)) if axis is None else x.shape[axis]
+    picked = np.flatnonzero(np.asarray(cond.const).reshape(-1)[:dim]).astype(np.int64)
+    if axis is None:
+        x = imp.emit("Reshape", [x, imp.const(np.array([-1], np.int64), f"{n.name}_flat")], {}, [None],
+                     f"{n.name}_flatten")[0]
+        axis = 0
+    imp.emit("Gather", [x, imp.const(picked, f"{n.name}_indices")], {"axis": axis}, n.outputs, n.name)
+
+
+define(OpDef("Compress", normalise=_compress_normalise, infer=NONE, kernel=NONE, cost=NONE, split=NONE, quant=NONE,
+             param_inputs=(1,)))
 
 for _op, _reason in REFUSED.items():
     define(OpDef(_op, normalise=AS_IS, infer=NONE, kernel=KERNELS.get(_op, NONE), cost=NONE, split=NONE, quant=NONE,

@@ -491,8 +491,16 @@ def tile(attrs, inputs):
     return [np.tile(x, reps)]
 
 
+_HALF = ("float16", "bfloat16")
+
+
 @op("Range", **_facets(ByKernel((0, 1, 2)), cost=vector(1), quant=Quant(FLOAT), params=(0, 1, 2)))
 def range_(attrs, inputs):
+    """``start + i * delta`` for ``i < ceil((limit - start) / delta)``; float16 and bfloat16
+    (opset 27 on) compute in float32 when ``stash_type`` is 1, its default."""
     start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    dtype = start.dtype
+    if dtype.name in _HALF and int(attrs.get("stash_type", 1)) == 1:
+        start, limit, delta = (v.astype(np.float32) for v in (start, limit, delta))
     n = max(int(np.ceil((limit - start) / delta)), 0)
-    return [(start + np.arange(n, dtype=np.result_type(start)) * delta).astype(start.dtype)]
+    return [(start + np.arange(n, dtype=np.result_type(start)) * delta).astype(dtype)]
