@@ -131,7 +131,7 @@ def _broadcastable(a: np.ndarray, x_shape, attrs) -> np.ndarray:
     return np.repeat(a, block, axis=axis).take(np.arange(x_shape[axis]), axis=axis)
 
 
-def _saturated(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def saturate_cast(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``y`` rounded to a float8/4/6 type, clipped to its finite range (not NaN)."""
     import ml_dtypes
 
@@ -160,7 +160,7 @@ def quantize_linear(attrs, inputs):
     if zp is not None and out.name.startswith(("float4", "float6")):
         y = y + _broadcastable(np.asarray(zp).astype(np.float32), x.shape, attrs)
     if int(attrs.get("saturate", 1)) or out.name.startswith(("float4", "float6")):
-        return [_saturated(y.astype(np.float32), out)]
+        return [saturate_cast(y.astype(np.float32), out)]
     return [y.astype(np.float32).astype(out)]
 
 
