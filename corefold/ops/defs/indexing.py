@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corefold.ops.facets import DMA, first_input_range, norm_axis, split_any
+from corefold.ops.facets import DMA, first_input_range, norm_axis
 from corefold.ops.registry import op
 from corefold.ops.schema import AS_IS, FLOAT, MOVEMENT, NONE, UNKNOWN, Quant, SplitAxis
 
@@ -219,8 +219,20 @@ def _tensor_scatter_infer(attrs, ins, consts):
     return [ins[0]]
 
 
-@op("TensorScatter", normalise=AS_IS, infer=_tensor_scatter_infer, cost=DMA,
-    split=split_any(lambda attrs, rank: {norm_axis(int(attrs.get("axis", -2)), rank)}, whole=()),
+def _tensor_scatter_split(attrs, ins, outs, consts):
+    """Batch (write positions cut with it), then any other axis but the written one."""
+    cache = ins[0][0]
+    axis = norm_axis(int(attrs.get("axis", -2)), len(cache))
+    has_start = len(ins) > 2 and ins[2] is not None
+    axes = []
+    for a in range(len(cache)):
+        if a != axis and cache[a] >= 2:
+            start = ((0, 1) if a == 0 else None,) if has_start else ()
+            axes.append(SplitAxis("batch" if a == 0 else f"axis{a}", cache[a], ((a, 1), (a, 1)) + start, (a, 1)))
+    return axes, False
+
+
+@op("TensorScatter", normalise=AS_IS, infer=_tensor_scatter_infer, cost=DMA, split=_tensor_scatter_split,
     quant=Quant(MOVEMENT, None, ties_inputs=True), param_inputs=(2,))
 def tensor_scatter(attrs, inputs):
     """KV-cache update (opset 24): a copy of ``past_cache`` with ``update`` written along

@@ -135,10 +135,11 @@ def _crop_pad_infer(attrs, ins, consts):
 
 
 def _crop_pad_split(attrs, ins, outs, consts):
-    """Any axis the operator leaves at its size."""
-    x, y = ins[0][0], outs[0][0]
-    rule = split_any(lambda attrs, rank: {a for a in range(rank) if x[a] != y[a]}, whole=(1,))
-    return rule(attrs, ins, outs, consts)
+    """Any axis not named by ``axes`` (a named axis' size is in the shape input, which a
+    piece would read whole)."""
+    def named(attrs, rank):
+        return {norm_axis(int(a), rank) for a in attrs["axes"]} if attrs.get("axes") else set(range(rank))
+    return split_any(named, whole=(1,))(attrs, ins, outs, consts)
 
 
 def _crop_pad_range(attrs, rngs, consts) -> Interval:
