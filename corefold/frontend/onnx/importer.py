@@ -286,7 +286,7 @@ class Importer:
         node = ops.OnnxNode(n.op_type, name, ins, [o or None for o in outs], attrs)
         before = len(g)
         try:
-            if entry.normalise is ops.AS_IS:
+            if entry.normalise is ops.AS_IS or entry.normalise is ops.NONE:  # NONE: refused unless folded
                 self.emit(node.op, node.inputs, node.attrs, node.outputs, node.name)
             else:
                 entry.normalise(self, node)

@@ -36,7 +36,8 @@ from corefold.ops.spatial import (
 
 
 # -- facets ------------------------------------------------------------------------------------------
-def _conv_infer(attrs, ins, consts):
+def conv_infer(attrs, ins, consts):
+    """Conv's output shape and dtype (input 0's) from the input and weight shapes."""
     (x, dt), (w, _) = ins[0], ins[1]
     if len(x) < 3 or len(w) != len(x):
         raise ValueError(f"input {list(x)} and weight {list(w)} do not fit a convolution")
@@ -124,7 +125,7 @@ def _conv_transpose_normalise(imp, n) -> None:
     imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
 
 
-CONV = dict(normalise=spatial_pads_normalise, infer=_conv_infer, cost=matrix(_conv_macs), split=conv_split,
+CONV = dict(normalise=spatial_pads_normalise, infer=conv_infer, cost=matrix(_conv_macs), split=conv_split,
             quant=Quant(COMPUTE, integer="linear", weights={1: lambda attrs, shape: 0}, bias=2,
                         fuses_activation=True),
             param_inputs=())
