@@ -16,8 +16,9 @@ import onnx
 from corefold.errors import ModelError
 from corefold.frontend.onnx.protos import onnx_dtype_code
 
-#: (accepted type strings, type parameter name or "", homogeneous variadic)
-Formal = tuple[frozenset[str], str, bool]
+#: (accepted type strings, type parameter name or "" , variadic, type parameter shared by all
+#: inputs bound to it: False only for heterogeneous variadic inputs such as Loop's and Scan's)
+Formal = tuple[frozenset[str], str, bool, bool]
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,7 +46,7 @@ def _formals(op_type: str, opset: int, outputs: bool) -> tuple[list[Formal], lis
     def formal(f) -> Formal:
         variadic = f.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
         return (constraints.get(f.type_str, frozenset([f.type_str])), f.type_str if f.type_str in constraints else "",
-                variadic and f.is_homogeneous)
+                variadic, not variadic or f.is_homogeneous)
 
     return [formal(f) for f in s.inputs], [formal(f) for f in s.outputs]
 
@@ -68,16 +69,16 @@ def _type_problem(op_type: str, opset: int, typed: Sequence[tuple[str, np.dtype]
         if t is None or not formals:
             continue
         if i < len(formals):
-            accepted, param, _ = formals[i]
-        elif formals[-1][2] or formals[-1][1]:
-            accepted, param, _ = formals[-1]
+            accepted, param, _, shared = formals[i]
+        elif formals[-1][2]:
+            accepted, param, _, shared = formals[-1]
         else:
             continue
         name, dtype = t
         ts = type_string(dtype)
         if accepted and not any(a == ts or a.endswith(f"({ts})") for a in accepted):
             return f"{what} {i} '{name}' has type {np.dtype(dtype)}, which {op_type}-{since(op_type, opset)} does not accept"
-        if param:
+        if param and shared:
             if param in bound and bound[param] != dtype:
                 return (f"{what} {i} '{name}' has type {np.dtype(dtype)}, another {what} of the same type parameter "
                         f"{param} has {bound[param]}")
