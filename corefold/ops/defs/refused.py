@@ -24,7 +24,7 @@ OPTIONAL = "it works on optional values, which corefold's graphs (tensors only) 
 STRING = "it works on strings, which corefold does not support"
 
 REFUSED = {
-    **dict.fromkeys(("NonZero", "Unique", "Compress", "NonMaxSuppression"), DATA_DEPENDENT),
+    **dict.fromkeys(("NonZero", "Unique", "NonMaxSuppression"), DATA_DEPENDENT),
     **dict.fromkeys(("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                      "Bernoulli"), RANDOM),
     **dict.fromkeys(("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
@@ -74,7 +74,7 @@ def unique(attrs, inputs):
     return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
 
 
-_KERNELS = {"NonZero": non_zero, "Compress": compress, "Unique": unique}
+_KERNELS = {"NonZero": non_zero, "Unique": unique}  # Compress: dynamic.py (a Gather once bound)
 
 for _name, _reason in REFUSED.items():
     define(OpDef(_name, normalise=NONE, infer=NONE, kernel=_KERNELS.get(_name, NONE), cost=NONE, split=NONE,
