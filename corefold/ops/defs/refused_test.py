@@ -33,16 +33,16 @@ def test_import_names_the_operator_and_the_reason(op):
                          ids=lambda c: c.name)
 def test_data_dependent_kernels_on_onnx_cases(case):
     from corefold.frontend.onnx.protos import attribute_value
-    from corefold.ops.onnx_cases_test import _array
+    from corefold.ops.onnx_cases_test import to_array
 
     node = case.model.graph.node[0]
     attrs = {a.name: attribute_value(node.op_type, a, node.op_type) for a in node.attribute}
     real = [vi.name for vi in case.model.graph.input]
     for inputs, outputs in case.data_sets:
-        env = dict(zip(real, (_array(a) for a in inputs), strict=False))
+        env = dict(zip(real, (to_array(a) for a in inputs), strict=False))
         got = run_kernel(node.op_type, [env[x] if x else None for x in node.input], attrs)
         for g, w in zip(got, outputs, strict=False):
-            np.testing.assert_array_equal(g, _array(w))
+            np.testing.assert_array_equal(g, to_array(w))
 
 
 def test_data_dependent_kernels_against_ort():
