@@ -86,7 +86,7 @@ def case_params(*modules: str, expected_failures: dict[str, str] | None = None) 
     return out
 
 
-def _array(t: Any) -> np.ndarray:
+def to_array(t: Any) -> np.ndarray:
     return numpy_helper.to_array(t) if isinstance(t, onnx.TensorProto) else np.asarray(t)
 
 
@@ -179,13 +179,13 @@ def _check_kernel(case: Any, rtol: float | None, atol: float | None) -> None:
     rtol = case.rtol if rtol is None else rtol
     atol = case.atol if atol is None else atol
     for inputs, outputs in case.data_sets:
-        env = {**init, **{k: _array(a) for k, a in zip(real, inputs, strict=False)}}
+        env = {**init, **{k: to_array(a) for k, a in zip(real, inputs, strict=False)}}
         args = [env[x] if x else None for x in node.input]
         ins = [None if a is None else (a.shape, a.dtype) for a in args]
         consts = [a if i in params or node.input[i] in init else None for i, a in enumerate(args)]
         types = ops.infer_types(entry, attrs, ins, consts)
         got = run_kernel(node.op_type, args, attrs)
-        for i, want in enumerate(_array(o) for o in outputs):
+        for i, want in enumerate(to_array(o) for o in outputs):
             assert types[i] == (want.shape, want.dtype), f"{case.name} output {i}: inferred {types[i]}"
             _compare(f"{case.name} output {i}", got[i], want, rtol, atol)
 
@@ -201,14 +201,14 @@ def _check_model(case: Any, bind: Iterable[str] | None, rtol: float | None, atol
     rtol = case.rtol if rtol is None else rtol
     atol = case.atol if atol is None else atol
     for inputs, outputs in case.data_sets:
-        feeds = {k: _array(a) for k, a in zip(real, inputs, strict=False)}
+        feeds = {k: to_array(a) for k, a in zip(real, inputs, strict=False)}
         values = {k: v for k, v in feeds.items() if k in bound}
         feeds = {k: v for k, v in feeds.items() if k not in bound}
         graph = _import(bind_inputs(model, values), {k: v.shape for k, v in feeds.items()})
         verify(graph)
         with np.errstate(all="ignore"):
             got = run(graph, feeds)
-        expected = [_array(o) for o in outputs]
+        expected = [to_array(o) for o in outputs]
         assert len(graph.outputs) == len(expected)
         for v, want in zip(graph.outputs, expected, strict=True):
             assert v.shape == want.shape and v.dtype == want.dtype, f"{case.name}: inferred type of {v.name} differs"

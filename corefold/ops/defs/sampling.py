@@ -104,7 +104,9 @@ def grid_sample(attrs, inputs):
         lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
         if mode == "nearest":
             c = np.rint(c)
-        if padding == "border":
+        if padding == "border" and mode != "cubic":
+            # NOTE: cubic clamps each tap, not the position (ONNX Runtime and PyTorch do; ONNX's
+            # node cases do not cover cubic with border padding)
             c = np.where((c < lo) | (c > hi), np.clip(c, 0, d - 1), c)
         elif padding == "reflection":
             c = _reflect(c, lo, hi)
@@ -158,12 +160,8 @@ def _affine_infer(attrs, ins, consts):
     return [(tuple([size[0]] + size[2:] + [k]), dt)]
 
 
-def _affine_split(attrs, ins, outs, consts):
-    n = ins[0][0][0]
-    return ([SplitAxis("batch", n, ((0, 1), None), (0, 1))] if n >= 2 else []), False
-
-
-@op("AffineGrid", normalise=AS_IS, infer=_affine_infer, split=_affine_split, quant=Quant(FLOAT), param_inputs=(1,),
+# never split: the batch is also in ``size``
+@op("AffineGrid", normalise=AS_IS, infer=_affine_infer, split=NONE, quant=Quant(FLOAT), param_inputs=(1,),
     cost=Cost("vector", lambda attrs, ins, outs: prod(outs[0][0]) * 4))
 def affine_grid(attrs, inputs):
     """The sampling grid ``(N, *spatial, k)`` of the affine maps ``theta (N, k, k+1)`` over a
@@ -293,7 +291,8 @@ def max_roi_pool(attrs, inputs):
     ph, pw = (int(v) for v in attrs["pooled_shape"])
     scale = float(attrs.get("spatial_scale", 1.0))
     b = rois[:, 0].astype(np.int64)
-    x1, y1, x2, y2 = (np.round(rois[:, i] * scale).astype(np.int64) for i in range(1, 5))
+    # C's round: halves away from zero (NumPy's rounds them to even)
+    x1, y1, x2, y2 = (np.trunc(rois[:, i] * scale + np.copysign(0.5, rois[:, i])).astype(np.int64) for i in range(1, 5))
     rh, rw = np.maximum(y2 - y1 + 1, 1), np.maximum(x2 - x1 + 1, 1)
     bh, bw = rh / ph, rw / pw
     hs = np.clip(np.floor(np.arange(ph)[None, :] * bh[:, None]).astype(np.int64) + y1[:, None], 0, h)
