@@ -276,9 +276,9 @@ class Importer:
                                      f"'{n.domain}') is not supported")
         entry = ops.get(n.op_type, where=f"node '{name}'")
         ins = [self.value(i, name) for i in n.input]
-        check_input_types(n.op_type, self.opset, [None if v is None else (v.name, v.dtype) for v in ins], name)
         if entry.refuse and not (callable(entry.kernel) and all(v is None or v.is_constant for v in ins)):
             raise UnsupportedOpError(f"node '{name}': operator {n.op_type} is not supported: {entry.refuse}")
+        check_input_types(n.op_type, self.opset, [None if v is None else (v.name, v.dtype) for v in ins], name)
         attrs = {a.name: attribute_value(n.op_type, a, f"node '{name}' ({n.op_type})") for a in n.attribute}
         outs = list(n.output)
         while outs and not outs[-1]:
