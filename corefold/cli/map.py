@@ -36,6 +36,20 @@ def _positive(text: str) -> int:
     return v
 
 
+class _HelpSettings(argparse.Action):
+    """``--help-settings``: print every mapper setting with its default and meaning, and exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from corefold.mapping.settings import MapSettings
+        from corefold.settings import describe
+
+        print(describe(MapSettings))
+        parser.exit(0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topology", metavar="TOPOLOGY",
                         help="topology file: archive .zip, CSR .npz or edge list")
@@ -47,8 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--neurons-per-core", type=_positive, metavar="N", help="override the neuron capacity")
     parser.add_argument("--synapses-per-core", type=_positive, metavar="S", help="override the synapse capacity")
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default 0)")
-    parser.add_argument("--preset", default="default", choices=["fast", "default", "strong", "seed"],
-                        help="mapper settings preset (default: default)")
+    parser.add_argument("--preset", default="default", choices=["default", "fast", "strong", "seed"],
+                        help="mapper settings preset (default: default; seed = the seed's order of phases)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
+                        help="set one mapper setting (repeatable), after the preset; see --help-settings")
+    parser.add_argument("--help-settings", action=_HelpSettings,
+                        help="list every mapper setting (the spec's parameters among them) and exit")
     parser.add_argument("--threads", type=_positive, metavar="N",
                         help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
@@ -120,16 +138,20 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from corefold.cli.common import atomic_outputs, check_outputs
+    from corefold.io import atomic_outputs, check_outputs
     from corefold.mapping import objectives
     from corefold.mapping.mapper import core_capacities, map_topology
     from corefold.mapping.settings import MapSettings
+    from corefold.settings import override
     from corefold.target import load_target
 
     check_outputs([("-o", args.output), ("--heatmap", args.heatmap)], inputs=[args.topology])
     if args.heatmap:
         _pyplot()  # fail before the work when matplotlib is missing
     t0 = time.perf_counter()
+    settings = override(MapSettings.preset(args.preset), args.settings)
+    if args.threads:
+        settings = replace(settings, threads=args.threads)
     target = load_target(args.target)
     if args.mesh:
         target = target.with_mesh(*args.mesh)
@@ -140,9 +162,6 @@ def run(args: argparse.Namespace) -> int:
     caps = core_capacities(target)
     topo = load_any_topology(args.topology)
     progress = None if not args.no_progress else False
-    settings = MapSettings.preset(args.preset)
-    if args.threads:
-        settings = replace(settings, threads=args.threads)
     mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
     ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
                              target.mesh_height, target.interchip_hop_cost,
