@@ -21,7 +21,7 @@ from onnx import ModelProto
 
 from corefold import ops
 from corefold.errors import CorefoldError, DataError, ModelError, ShapeError, UnsupportedOpError
-from corefold.frontend.onnx.protos import attribute_value, numpy_dtype, tensor_to_numpy
+from corefold.frontend.onnx.protos import all_nodes, attribute_value, numpy_dtype, tensor_to_numpy
 from corefold.frontend.onnx.schemas import check_input_types, since
 from corefold.ir import Graph, Node, Value
 from corefold.ops import fill, is_fill
@@ -316,7 +316,7 @@ class Importer:
             return MAX_OPSET  # no default-domain node: the other domains' nodes are refused by name
         v = int(versions.get("", versions.get("ai.onnx")))
         if 1 <= v < MIN_OPSET:
-            changed = sorted({n.op_type for n in _all_nodes(self.model.graph) if n.domain in ("", "ai.onnx")
+            changed = sorted({n.op_type for n in all_nodes(self.model.graph) if n.domain in ("", "ai.onnx")
                               and since(n.op_type, v) != since(n.op_type, MIN_OPSET)})
             if not changed:
                 return MIN_OPSET
@@ -431,17 +431,6 @@ class Importer:
 
     def _node_name(self, base: str, op: str) -> str:
         return self.new_name(base or op.lower())
-
-
-def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """The nodes of ``graph`` and of all its subgraphs."""
-    out = []
-    for n in graph.node:
-        out.append(n)
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                out.extend(_all_nodes(sub))
-    return out
 
 
 def _names_read(graph: onnx.GraphProto) -> set[str]:

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["NodeCase", "load_cases", "split_feeds", "parameter_names", "run_ort", "compare_outputs", "case_ops", "input_names"]
+from corefold.frontend.onnx.protos import all_nodes
+
+__all__ = ["NodeCase", "load_cases", "split_feeds", "parameter_names", "run_ort", "compare_outputs", "input_names"]
 
 
 @dataclass
@@ -96,33 +98,6 @@ def input_names(model: onnx.ModelProto) -> list[str]:
     return [vi.name for vi in model.graph.input if vi.name not in init]
 
 
-def case_ops(model: onnx.ModelProto) -> set[str]:
-    """Every operator type in the model, subgraphs included."""
-    found: set[str] = set()
-
-    def walk(g: onnx.GraphProto) -> None:
-        for n in g.node:
-            found.add(n.op_type)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-                for sub in a.graphs:
-                    walk(sub)
-
-    walk(model.graph)
-    return found
-
-
-def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    out = []
-    for n in graph.node:
-        out.append(n)
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                out.extend(_all_nodes(sub))
-    return out
-
-
 #: operators whose output depends only on their input's shape and type, never its values
 _SHAPE_ONLY = {"Shape", "Size", "EyeLike", "ConstantOfShape", "RandomNormalLike", "RandomUniformLike"}
 
@@ -134,7 +109,7 @@ def parameter_names(model: onnx.ModelProto) -> set[str]:
     that read only a shape, such as Shape). O(nodes)."""
     from corefold import ops
 
-    nodes = _all_nodes(model.graph)
+    nodes = all_nodes(model.graph)
     names: set[str] = set()
     for n in nodes:
         entry = ops.lookup(n.op_type, n.domain)
@@ -268,8 +243,7 @@ def compare_outputs(expected: list[Any], got: list[Any], rtol: float, atol: floa
             ok = np.array_equal(w, o)
         else:
             with np.errstate(all="ignore"):
-                ok = np.allclose(o, w, rtol=r, atol=atol, equal_nan=True) and np.array_equal(np.isnan(o), np.isnan(w)) \
-                    if w.dtype.kind == "f" else np.allclose(o, w, rtol=r, atol=atol)
+                ok = np.allclose(o, w, rtol=r, atol=atol, equal_nan=w.dtype.kind == "f")
         if not ok:
             with np.errstate(all="ignore"):
                 diff = np.abs(o.astype(np.float64) - w.astype(np.float64))

@@ -30,6 +30,18 @@ DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype"), ("DequantizeL
                ("QuantizeLinear", "precision")}
 
 
+def all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of ``graph`` and of all its subgraphs (If branches, Loop and Scan bodies),
+    depth first. O(nodes)."""
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                out.extend(all_nodes(sub))
+    return out
+
+
 def numpy_dtype(elem_type: int, what: str) -> np.dtype:
     """The NumPy dtype of an ONNX element type.
 

@@ -244,3 +244,24 @@ def det(attrs, inputs):
     if not is_float(x.dtype) or x.dtype.itemsize < 4:
         return [np.linalg.det(x.astype(np.float32)).astype(x.dtype)]
     return [np.asarray(np.linalg.det(x)).astype(x.dtype, copy=False)]
+
+
+def _swiglu_infer(attrs, ins, consts):
+    (a, dt), (b, _) = ins[0], ins[1]
+    if tuple(a) != tuple(b):
+        raise ValueError(f"SwiGLU inputs must have one shape, got {list(a)} and {list(b)}")
+    return [(a, dt)]
+
+
+@op("SwiGLU", normalise=AS_IS, infer=_swiglu_infer, cost=vector(12), split=split_any(), quant=Quant(COMPUTE),
+    param_inputs=())
+def swiglu(attrs, inputs):
+    """``A * sigmoid(alpha * A) * B`` (opset 28; no broadcasting), the gate rounded to the
+    input type before the products as ONNX's reference does."""
+    a, b = inputs
+    alpha = attrs.get("alpha", 1.0)
+    if a.dtype.kind != "f":
+        gate = scipy.special.expit(a.astype(np.float32) * np.float32(alpha)).astype(a.dtype)
+    else:
+        gate = scipy.special.expit(a * _f(a, alpha)).astype(a.dtype)
+    return [(a * gate * b).astype(a.dtype)]

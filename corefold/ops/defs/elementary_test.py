@@ -12,7 +12,7 @@ from corefold.ops.onnx_cases_test import case_params, check_case, check_ort
 
 MODULES = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "isnan", "isinf",
            "bitshift", "bitwiseand", "bitwiseor", "bitwisexor", "bitwisenot", "mish", "swish", "celu",
-           "thresholdedrelu", "shrink", "hardmax", "det")
+           "thresholdedrelu", "shrink", "hardmax", "det", "swiglu")
 
 
 @pytest.mark.parametrize("case", case_params(*MODULES))
@@ -115,3 +115,13 @@ def test_det():
     check_ort("Det", [x], rtol=1e-4, atol=1e-4)
     check_ort("Det", [x[0, 0]], rtol=1e-4, atol=1e-4)
     check_facets("Det", [x], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [None, 1.702])
+def test_swiglu(alpha):
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((2, 3, 8)).astype(np.float32), rng.standard_normal((2, 3, 8)).astype(np.float32)
+    attrs = {} if alpha is None else {"alpha": alpha}
+    y = check_facets("SwiGLU", [a, b], attrs)[0]
+    al = 1.0 if alpha is None else alpha
+    np.testing.assert_allclose(y, a / (1 + np.exp(-al * a)) * b, rtol=1e-6, atol=1e-6)
