@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from corefold.cli.common import add_shape_argument, add_target_argument, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    add_target_argument,
+    shape_bindings,
+    value_bindings,
+)
 from corefold.cli.settings_args import add_settings_arguments
 
 SETTINGS = "corefold.passes.order.settings:OrderSettings"
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         raise CorefoldError("--gantt needs matplotlib: pip install 'corefold[plot]'")
     settings = settings_from_args(args)
     target = load_target(args.target)
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     ctx = CompileContext(target=target, settings={"order": settings}, seed=args.seed, progress=True)
     Pipeline([OrderPass()]).run(graph, ctx)
     res = ctx.data["order"]

@@ -6,7 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
-from corefold.cli.common import add_shape_argument, atomic_output, check_outputs, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    atomic_output,
+    check_outputs,
+    shape_bindings,
+    value_bindings,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                 engine=args.engine, max_batches=args.max_batches,
                                 quantize_outputs=not args.float_outputs,
                                 weight_rounding=args.weight_rounding).checked()
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     data = load_calibration(args.calib, graph)
     result = quantize_graph(graph, data, settings, progress=not args.quiet)
     out = str(args.output)

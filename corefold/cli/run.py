@@ -15,6 +15,7 @@ from corefold.cli.common import (
     check_outputs,
     non_negative_int,
     shape_bindings,
+    value_bindings,
 )
 from corefold.errors import CorefoldError, DataError
 
@@ -59,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from corefold.resources import check_memory
 
     check_outputs([("-o", args.output)], inputs=[args.model, args.inputs])
-    graph = load_model(args.model, shape_bindings(args))
+    values = value_bindings(args)
+    graph = load_model(args.model, shape_bindings(args), values=values)
     check_memory(liveness(graph).peak_bytes(), f"running '{args.model}' (its live activations at the peak)")
     feeds = load_npz(args.inputs) if args.inputs else random_inputs(graph, seed=args.seed)
     outputs = execute(graph, feeds)
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 np.savez(f, **outputs)
         print(f"wrote {args.output}")
     if args.check:
-        return _check(args.model, feeds, outputs)
+        return _check(args.model, {**feeds, **values}, outputs)  # ONNX Runtime is fed the bound values
     return 0
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import argparse
 
-from corefold.cli.common import add_shape_argument, add_target_argument, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    add_target_argument,
+    shape_bindings,
+    value_bindings,
+)
 from corefold.cli.settings_args import add_settings_arguments
 
 SETTINGS = "corefold.passes.split.split:SplitSettings"
@@ -35,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     check_outputs([("-o", args.output)], inputs=[args.model, target_file])
     settings = override(SplitSettings(), args.set).checked()
     target = load_target(args.target)
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     before = len(graph)
     ctx = CompileContext(target=target, settings={"split": settings})
     result = Pipeline([SplitPass()]).run(graph, ctx)

@@ -21,6 +21,7 @@ from corefold.cli.common import (
     non_negative_int,
     positive_int,
     shape_bindings,
+    value_bindings,
 )
 
 NETWORKS = ("cifar-cnn", "lenet", "vgg-small", "vgg11", "mobilenet-tiny")
@@ -143,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CorefoldError("the ONNX importer (corefold.frontend.onnx) is not available in this build") from None
             from corefold.mapping.topology.expand import expand_topology
 
-            topo = expand_topology(load_model(args.model, shape_bindings(args)))
+            topo = expand_topology(load_model(args.model, shape_bindings(args), values=value_bindings(args)))
         elif args.kind in NETWORKS:
             from corefold.mapping.topology.generate_cnn import stack_topology
 

@@ -105,16 +105,17 @@ def _conv_transpose_normalise(imp, n) -> None:
         kernel = n.attrs.get("kernel_shape", list(w[2:]))
         strides = n.attrs.get("strides", [1] * k)
         dil = n.attrs.get("dilations", [1] * k)
-        opad = n.attrs.get("output_padding", [0] * k)
+        opad = list(n.attrs.get("output_padding", [0] * k))
         if out_shape is None:
             out_shape = [x[2 + i] * strides[i] for i in range(k)]
         out_shape = list(out_shape)[-k:]
         begin, end = [], []
         for i in range(k):
             total = strides[i] * (x[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - out_shape[i]
-            if total < 0:
-                raise UnsupportedOpError(f"node '{n.name}' (ConvTranspose): output_shape {out_shape} needs "
-                                         "negative padding")
+            if total < 0:  # an output_shape past the full result: zero rows at the end, as ONNX Runtime
+                opad[i] -= total
+                n.attrs["output_padding"] = opad
+                total = 0
             if mode == "SAME_UPPER":
                 begin.append(total // 2)
                 end.append(total - total // 2)

@@ -41,7 +41,7 @@ def _in_float(fn, x: np.ndarray) -> np.ndarray:
     """``fn(x)`` computed in float32 for the ml_dtypes float types (bfloat16, float8),
     whose ufunc coverage is partial, then rounded back; NumPy types run as they are."""
     if x.dtype.kind == "f":
-        return fn(x)
+        return np.asarray(fn(x)).astype(x.dtype, copy=False)  # scipy's float16 gives float64
     return fn(x.astype(np.float32)).astype(x.dtype)
 
 

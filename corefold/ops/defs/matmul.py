@@ -152,9 +152,8 @@ def gemm(attrs, inputs):
 def matmul(attrs, inputs):
     """NumPy ``matmul`` semantics, which are ONNX's (batched, broadcast, 1-D promotion)."""
     a, b = inputs[0], inputs[1]
-    if a.ndim >= 2 and b.ndim >= 2:
-        return [_product(a, b)]
-    return [np.matmul(packed(a), packed(b))]
+    y = _product(a, b) if a.ndim >= 2 and b.ndim >= 2 else np.matmul(packed(a), packed(b))
+    return [y.astype(a.dtype, copy=False)]  # ml_dtypes' bfloat16 matmul gives float32
 
 
 # -- Einsum ---------------------------------------------------------------------------------------------
