@@ -106,26 +106,6 @@ REFUSED: dict[str, list[str]] = {
         "test_flexattention_relative_positional", "test_flexattention_scaled", "test_flexattention_score_mod",
         "test_flexattention_soft_cap"
     ),
-    "NOT IMPLEMENTED YET in the operator table (each case is static and ONNX Runtime passes it): TfIdfVectorizer, CausalConvWithState and LinearAttention (opset 27), SwiGLU (opset 28), BatchNormalization in training mode": _names(
-        "test_batchnorm_epsilon_training_mode", "test_batchnorm_example_training_mode",
-        "test_causal_conv_with_state_b1_c1_degenerate", "test_causal_conv_with_state_basic",
-        "test_causal_conv_with_state_decode_step", "test_causal_conv_with_state_fp16",
-        "test_causal_conv_with_state_kernel_size_one", "test_causal_conv_with_state_short_input_no_past_state",
-        "test_causal_conv_with_state_silu", "test_causal_conv_with_state_silu_fp16",
-        "test_causal_conv_with_state_silu_with_past_state", "test_causal_conv_with_state_swish_alias",
-        "test_causal_conv_with_state_with_bias", "test_causal_conv_with_state_with_bias_and_past_state",
-        "test_causal_conv_with_state_with_past_state", "test_linear_attention_decode_step",
-        "test_linear_attention_delta", "test_linear_attention_explicit_scale", "test_linear_attention_fp16",
-        "test_linear_attention_gated", "test_linear_attention_gated_delta",
-        "test_linear_attention_gated_delta_beta_scalar", "test_linear_attention_gated_delta_gqa",
-        "test_linear_attention_gated_delta_mqa", "test_linear_attention_gated_per_head_decay",
-        "test_linear_attention_linear", "test_linear_attention_linear_t1_no_past",
-        "test_linear_attention_no_past_explicit_zeros", "test_linear_attention_prefill_with_past", "test_swiglu",
-        "test_swiglu_alpha", "test_swiglu_float16", "test_tfidfvectorizer_tf_batch_onlybigrams_skip0",
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip5", "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5",
-        "test_tfidfvectorizer_tf_only_bigrams_skip0", "test_tfidfvectorizer_tf_onlybigrams_levelempty",
-        "test_tfidfvectorizer_tf_onlybigrams_skip5", "test_tfidfvectorizer_tf_uniandbigrams_skip5"
-    ),
 }
 
 #: reason -> cases where corefold's answer differs from the expected output (ONNX Runtime
