@@ -34,7 +34,7 @@ Memories
   if their lifetimes (below) are disjoint; the lowering guarantees it through ``deps``.
 * **DRAM.** A :class:`DramRegion` is a byte range of one DRAM channel; channel ``c``
   attaches to the mesh at router ``target.dram_channels[c]`` and has
-  ``target.dram_bytes_per_s / len(target.dram_channels)`` of bandwidth. The host attaches
+  ``target.dram_channel_bytes_per_s`` of bandwidth. The host attaches
   at router ``target.host_router`` over ``target.host_link_bytes_per_s``. Regions hold the graph's
   inputs and outputs and any tensor spilled or assembled outside SRAM. Distinct regions
   never overlap.
