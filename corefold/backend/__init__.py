@@ -19,9 +19,11 @@ from corefold.backend.executable import (
     QuantTensor,
     Recv,
     Send,
+    Signal,
     TargetFingerprint,
     TensorIO,
     View,
+    Wait,
     Weight,
     target_fingerprint,
     xy_route,
@@ -29,5 +31,5 @@ from corefold.backend.executable import (
 from corefold.errors import CompileError
 
 __all__ = ["DIRECTIONS", "FORMAT_VERSION", "Buffer", "Compute", "Copy", "CoreProgram", "DmaLoad", "DmaStore",
-           "DramRegion", "Executable", "Op", "QuantOp", "QuantTensor", "Recv", "Send", "TargetFingerprint",
+           "DramRegion", "Executable", "Op", "QuantOp", "QuantTensor", "Recv", "Send", "Signal", "Wait", "TargetFingerprint",
            "TensorIO", "View", "Weight", "target_fingerprint", "xy_route", "CompileError"]

@@ -54,8 +54,9 @@ Programs and instructions
 Each used core has one :class:`CoreProgram`: instructions in *program order*. Each
 instruction names the *engine* that executes it (``unit``): ``"<kind><i>"`` for unit
 ``i`` of kind ``kind`` of that core (``"matrix0"``, ``"vector1"``, ``"dma0"``; ``i <
-target.units[kind].count``), or ``None`` for :class:`Send` and :class:`Recv`, which need no
-unit of the core. Instruction ``j`` has ``deps``: indices ``< j`` into the same program.
+target.units[kind].count``), or ``None`` for :class:`Send`, :class:`Recv`,
+:class:`Signal` and :class:`Wait`, which need no unit of the core. Instruction ``j`` has
+``deps``: indices ``< j`` into the same program.
 
 When an instruction may start (both simulators):
 
@@ -66,20 +67,25 @@ When an instruction may start (both simulators):
    the destination core) has been *posted* (rule 4), so that the destination buffer is
    free (rendezvous; the sender never overwrites live data);
 4. a :class:`Recv` is *posted* as soon as rule 1 holds for it; it then waits, with no
-   engine, until the matching Send's data has arrived, and completes then.
+   engine, until the matching Send's data has arrived, and completes then;
+5. a :class:`Signal` starts when rule 1 holds (no rendezvous); the matching :class:`Wait`
+   (same ``tag``) completes once rule 1 holds for it and the signal has arrived. A signal
+   orders work of two cores through DRAM: the DMA stores before it complete before the
+   DMA loads after the wait start.
 
-Sends and recvs do not block one another: a core may have many in flight at once, in any
-order. Each core's program is sorted by one global topological order of the lowered
-graph, so every wait points at work earlier in that order and the programs cannot
-deadlock.
+Sends, recvs, signals and waits do not block one another: a core may have many in
+flight at once, in any order. Each core's program is sorted by one global topological
+order of the lowered graph, and a Recv sits at the position of the data's producer, so
+every wait points at work earlier in that order and the programs cannot deadlock.
 
 What each instruction reads and writes is in its class docstring. An instruction reads
 its sources when it starts and writes its destinations by the time it completes; nothing
 else touches those bytes meanwhile (guaranteed by ``deps`` and rule 3).
 
 Buffer lifetime: an activation buffer is *live* from the start of the first instruction
-of its core that accesses it (a :class:`Recv` into it: from its posting) to the completion
-of the last instruction of its core that accesses it (program order). At any time the
+(program order) of its core that accesses it (a :class:`Recv` into it: from its posting)
+until every instruction of its core that accesses it has completed (a :class:`Send` from
+it accesses it until the data has arrived). At any time the
 live buffers of a core must not overlap in address; weight buffers are live from load to
 the end. A simulator asserts both (``sram_peak_bytes`` is the largest sum of ``nbytes`` of
 the live buffers of a core, weights included).
@@ -91,7 +97,8 @@ Timing (the reference model; the timed simulator adds contention):
 * :class:`DmaLoad` / :class:`DmaStore`: ``bytes`` at the smallest of the DMA unit's rate,
   the DRAM channel's share of the DRAM bandwidth and the route's link bandwidth, plus one
   hop latency per hop of ``route``; :class:`Copy`: ``bytes`` at the DMA unit's rate;
-* :class:`Send`: ``bytes`` at the route's link bandwidth plus one hop latency per hop.
+* :class:`Send`: ``bytes`` at the route's link bandwidth plus one hop latency per hop;
+  :class:`Signal`: the hop latencies of its route (no payload).
 
 Numerics
 --------
@@ -369,11 +376,49 @@ class Recv:
     deps: tuple[int, ...] = ()
 
 
-Instruction = Union[Compute, DmaLoad, DmaStore, Copy, Send, Recv]
+@dataclass(frozen=True)
+class Signal:
+    """Tell another core that this core's earlier work (its ``deps``) has completed.
+
+    No data: a message of no payload that crosses ``route``. Starts when its ``deps``
+    completed (no rendezvous); completes when it has arrived at ``dst_core``. Used to order
+    a DMA store of one core before a DMA load of another (a tensor assembled in DRAM).
+
+    Attributes:
+        tag: unique in the executable; exactly one Signal and one Wait carry it.
+        dst_core: the core that waits for it.
+        route: the hops from this core to ``dst_core``.
+        deps: as for :class:`Compute`.
+    """
+
+    tag: int
+    dst_core: Core
+    route: Route
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Wait for the :class:`Signal` with the same ``tag``: completes when its ``deps``
+    completed and the signal has arrived. Uses no unit.
+
+    Attributes:
+        tag: the matching Signal's tag.
+        src_core: the signalling core.
+        deps: as for :class:`Compute`.
+    """
+
+    tag: int
+    src_core: Core
+    deps: tuple[int, ...] = ()
+
+
+Instruction = Union[Compute, DmaLoad, DmaStore, Copy, Send, Recv, Signal, Wait]
 
 #: Instruction classes by their name in reports and in the ``.cfx`` opcode table.
 INSTRUCTION_TYPES: dict[str, type] = {"compute": Compute, "dma_load": DmaLoad, "dma_store": DmaStore,
-                                      "copy": Copy, "send": Send, "recv": Recv}
+                                      "copy": Copy, "send": Send, "recv": Recv, "signal": Signal,
+                                      "wait": Wait}
 
 
 def instruction_kind(ins: Instruction) -> str:
