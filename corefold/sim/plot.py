@@ -1,9 +1,9 @@
 """The NoC link heatmap of a simulated run (needs matplotlib: ``corefold[plot]``).
 
 Every directed link is drawn as a short bar beside the segment joining its two cores,
-coloured by the bytes it carried: the east link of core (x, y) just above the segment
-(x, y)-(x+1, y), the west link just below it, north to the right of (x, y)-(x, y+1) and
-south to the left. y grows upwards, as in the report (N is +y). O(H W).
+coloured by the bytes it carried: each direction sits on its own side of the segment, so
+the two directions of a link pair are told apart. y grows downwards (southwards), as in
+the executable and the report. O(H W).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from corefold.backend.executable import DIRECTION_STEP, DIRECTIONS
 from corefold.errors import CorefoldError
 from corefold.io import atomic_output
-from corefold.sim.report import DIRECTION_STEP
 
 #: How far a bar sits beside the segment, in core pitches.
 _OFFSET = 0.12
@@ -27,9 +27,10 @@ def link_segments(link_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     h, w, _ = link_bytes.shape
     segs, vals = [], []
-    side = {0: (_OFFSET, 0.0), 1: (0.0, _OFFSET), 2: (-_OFFSET, 0.0), 3: (0.0, -_OFFSET)}
-    for d, (dx, dy) in DIRECTION_STEP.items():
-        ox, oy = side[d]
+    side = {"N": (_OFFSET, 0.0), "E": (0.0, -_OFFSET), "S": (-_OFFSET, 0.0), "W": (0.0, _OFFSET)}
+    for d, name in enumerate(DIRECTIONS):
+        dx, dy = DIRECTION_STEP[name]
+        ox, oy = side[name]
         for y in range(h):
             for x in range(w):
                 if not (0 <= x + dx < w and 0 <= y + dy < h):
@@ -67,7 +68,7 @@ def draw_link_heatmap(link_bytes: np.ndarray, path: str | Path, title: str = "")
         ax.add_collection(lines)
         fig.colorbar(lines, ax=ax, label="bytes")
     ax.set_xlim(-0.6, w - 0.4)
-    ax.set_ylim(-0.6, h - 0.4)
+    ax.set_ylim(h - 0.4, -0.6)  # y grows southwards
     ax.set_aspect("equal")
     ax.set_xlabel("x (core)")
     ax.set_ylabel("y (core)")

@@ -16,10 +16,10 @@ Keys (issue 11), exactly:
 ``utilisation``        unit kind -> busy time / (units x latency), averaged over the cores
 =====================  ======================================================================
 
-Directions: N is +y, E is +x, S is -y, W is -x (``corefold.mapping.objectives`` draws y
-upwards too). The roofline: with ``P`` usable cores, ``m`` a core's matrix MAC/s (all its
+Directions are the executable's (``corefold.backend.executable``): y grows southwards, N
+is ``(x, y - 1)``, E ``(x + 1, y)``, S ``(x, y + 1)``, W ``(x - 1, y)``. The roofline: with ``P`` usable cores, ``m`` a core's matrix MAC/s (all its
 matrix units), ``v`` its vector element-ops/s, ``M`` the executable's MACs, ``V`` its vector
-element-operations, ``B`` the DRAM bandwidth and ``D`` the compulsory DRAM bytes (graph
+element-operations, ``B`` the DRAM bandwidth (every channel of every chip) and ``D`` the compulsory DRAM bytes (graph
 inputs and outputs plus weights that are not resident), no schedule can beat
 ``max(M / (P m), V / (P v), D / B)``.
 """
@@ -33,13 +33,12 @@ from typing import Sequence
 
 import numpy as np
 
+from corefold.backend.executable import DIRECTIONS
 from corefold.io import atomic_output
 from corefold.target import Target
 
-#: Direction index in ``link_bytes[y][x]``.
-DIRECTIONS = ("N", "E", "S", "W")
-#: (dx, dy) of each direction.
-DIRECTION_STEP = {0: (0, 1), 1: (1, 0), 2: (0, -1), 3: (-1, 0)}
+#: Direction index of each direction name in ``link_bytes[y][x]``.
+DIRECTION_INDEX = {d: i for i, d in enumerate(DIRECTIONS)}
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,9 @@ def roofline(macs: float, vector_ops: float, compulsory_dram_bytes: float, targe
     mat, vec = target.units["matrix"], target.units["vector"]
     per_core_macs = mat.throughput * mat.count * target.clock_hz
     per_core_ops = vec.throughput * vec.count * target.clock_hz
+    dram = target.dram_channel_bytes_per_s * len(target.dram_channels)
     return Roofline(macs / (cores * per_core_macs), vector_ops / (cores * per_core_ops),
-                    compulsory_dram_bytes / target.dram_bytes_per_s)
+                    compulsory_dram_bytes / dram)
 
 
 @dataclass
