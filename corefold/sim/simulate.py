@@ -24,7 +24,7 @@ from corefold.backend.executable import Compute, Executable, TargetFingerprint, 
 from corefold.errors import DataError, TargetError
 from corefold.sim.functional import run_functional
 from corefold.sim.memory import SramUse, sram_use
-from corefold.sim.report import DIRECTION_INDEX, SimReport, roofline
+from corefold.sim.report import DIRECTION_INDEX, Roofline, SimReport, roofline
 from corefold.sim.timed import TimedRun, time_executable
 from corefold.sim.trace import write_trace
 from corefold.target import PRESETS, Target, load_target
@@ -40,6 +40,7 @@ class Simulation:
         timed: the timed run (engine, resources, timeline).
         sram: lifetimes and SRAM curves per core.
         target: the chip.
+        roofline: the roofline bound's three terms.
     """
 
     outputs: dict[str, np.ndarray]
@@ -47,6 +48,7 @@ class Simulation:
     timed: TimedRun
     sram: SramUse
     target: Target
+    roofline: Roofline
 
     def write_trace(self, path: str | Path) -> None:
         """Chrome trace-event JSON (:mod:`corefold.sim.trace`) with the SRAM curves as counters.
@@ -120,7 +122,8 @@ def run_simulation(exe: Executable, inputs: dict[str, np.ndarray] | None, target
     timed = time_executable(exe, t)
     sram = sram_use(exe, timed, t.sram_bytes)
     outputs = run_functional(exe, t, timed, inputs) if functional else {}
-    return Simulation(outputs, build_report(exe, t, timed, sram), timed, sram, t)
+    report, bound = build_report(exe, t, timed, sram)
+    return Simulation(outputs, report, timed, sram, t, bound)
 
 
 def simulate(exe: Executable, inputs: dict[str, np.ndarray], target: Target | str | Path | None = None
@@ -134,8 +137,9 @@ def simulate(exe: Executable, inputs: dict[str, np.ndarray], target: Target | st
     return sim.outputs, sim.report
 
 
-def build_report(exe: Executable, target: Target, timed: TimedRun, sram: SramUse) -> SimReport:
-    """The report of a timed run (keys in :mod:`corefold.sim.report`). O(I + S + H W)."""
+def build_report(exe: Executable, target: Target, timed: TimedRun, sram: SramUse) -> tuple[SimReport, Roofline]:
+    """The report of a timed run (keys in :mod:`corefold.sim.report`) and the roofline's
+    terms. O(I + S + H W)."""
     w, h = target.width, target.height
     macs = vector_ops = 0.0
     instructions = 0
@@ -171,4 +175,4 @@ def build_report(exe: Executable, target: Target, timed: TimedRun, sram: SramUse
         latency_s=float(latency), roofline_s=float(bound.seconds), load_s=float(timed.load_end),
         sram_peak_bytes=peaks, sram_capacity_bytes=int(target.sram_bytes), noc_bytes=int(noc),
         link_bytes=links.tolist(), dram_bytes=int(timed.dram_bytes), host_bytes=int(timed.host_bytes),
-        instructions=instructions, utilisation=util)
+        instructions=instructions, utilisation=util), bound
