@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401 - only whether it is there
         except ImportError:
             raise CorefoldError("--heatmap needs matplotlib: pip install 'corefold[plot]'") from None
-    from corefold.backend import load as load_executable
+    from corefold.backend.cfx import load as load_executable
     from corefold.cli.run import load_npz
     from corefold.sim import random_inputs, run_simulation
     from corefold.target import load_target
