@@ -36,9 +36,11 @@ visited once.
 
 from __future__ import annotations
 
+import gc
 import heapq
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -49,9 +51,9 @@ class DeadlockError(InternalError):
     """Tasks that can never start: a dependency cycle, or a queue order against a dependency."""
 
 
-@dataclass(frozen=True)
-class Stage:
-    """One server of ``resource`` held for at least ``duration`` seconds.
+class Stage(NamedTuple):
+    """One server of ``resource`` held for at least ``duration`` seconds (a named tuple:
+    cheap to make by the hundred thousand).
 
     Attributes:
         resource: index returned by :meth:`Engine.resource`.
@@ -103,14 +105,17 @@ class Timeline:
                            minlength=num_resources)
 
 
-@dataclass
 class _Task:
-    stages: tuple[tuple[int, float, float], ...]
-    queue: int
-    name: str
-    category: str
-    args: dict[str, Any] | None
-    succs: list[int] = field(default_factory=list)
+    __slots__ = ("stages", "queue", "name", "category", "args", "succs")
+
+    def __init__(self, stages: tuple[Stage, ...], queue: int, name: str, category: str,
+                 args: dict[str, Any] | None):
+        self.stages = stages
+        self.queue = queue
+        self.name = name
+        self.category = category
+        self.args = args
+        self.succs: list[int] = []
 
 
 class Engine:
@@ -148,15 +153,14 @@ class Engine:
                 a duration or latency is negative or not finite.
         """
         index = len(self.tasks)
-        packed = []
-        for s in stages:
-            if not 0 <= s.resource < len(self.resources):
-                raise ValueError(f"task '{name}': no resource {s.resource}")
-            if not (np.isfinite(s.duration) and np.isfinite(s.latency)) or s.duration < 0 or s.latency < 0:
-                raise ValueError(f"task '{name}': stage on '{self.resources[s.resource].name}' has duration "
-                                 f"{s.duration} and latency {s.latency}")
-            packed.append((s.resource, float(s.duration), float(s.latency)))
-        self.tasks.append(_Task(tuple(packed), -1 if queue is None else queue, name, category, args))
+        nres = len(self.resources)
+        for r, d, lat in stages:
+            if not 0 <= r < nres:
+                raise ValueError(f"task '{name}': no resource {r}")
+            if not (d >= 0 and lat >= 0 and math.isfinite(d) and math.isfinite(lat)):
+                raise ValueError(f"task '{name}': stage on '{self.resources[r].name}' has duration {d} and "
+                                 f"latency {lat}")
+        self.tasks.append(_Task(tuple(stages), -1 if queue is None else queue, name, category, args))
         unique = set(deps)
         for d in unique:
             if not 0 <= d < index:
@@ -173,6 +177,17 @@ class Engine:
         Raises:
             DeadlockError: some tasks never became ready (names the first of them).
         """
+        # NOTE: the loop allocates only acyclic tuples; the cyclic collector would rescan
+        # every task on each of its passes (measured 1.1-1.5x of the run on 2.4e5 stages)
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _run(self) -> Timeline:
         tasks = self.tasks
         n = len(tasks)
         pending = list(self._pending)
