@@ -10,9 +10,11 @@ Stages, in the order a run passes through them:
 * ``functional`` -- bytes in SRAM and DRAM, instruction by instruction;
 * ``report``, ``trace``, ``plot`` -- the JSON report and roofline, Chrome trace, link heatmap.
 
-:func:`simulate` runs them in that order.
+:func:`simulate` runs them in that order; :func:`simulate_chain` runs several executables
+one after another (M1's serial subgraphs).
 """
 
+from corefold.sim.chain import ChainSimulation, simulate_chain
 from corefold.sim.report import Roofline, SimReport, combine, roofline
 from corefold.sim.simulate import (
            Simulation,
@@ -22,5 +24,5 @@ from corefold.sim.simulate import (
            simulate,
 )
 
-__all__ = ["Roofline", "SimReport", "Simulation", "combine", "random_inputs", "resolve_target", "roofline",
+__all__ = ["ChainSimulation", "simulate_chain", "Roofline", "SimReport", "Simulation", "combine", "random_inputs", "resolve_target", "roofline",
            "run_simulation", "simulate"]

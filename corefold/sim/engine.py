@@ -8,10 +8,12 @@ it started, and its tail ``l_j`` seconds after it ended. A compute is one stage;
 transfer of ``b`` bytes over links ``r_1 .. r_h`` of ``B`` bytes/s and hop latency ``L`` is
 ``h`` stages ``(r_i, b / B, L)``. This is *virtual cut-through*: the message streams through
 the routers, every link of the route is held for its own transmission time (contention per
-hop), a blocked head waits in the router's buffer and releases the links behind it (the
-buffer is taken as large enough for one message: the backend caps a message at the
-target's NoC buffer size). Without contention a transfer takes ``h L + b / B``; two
-transfers that share a link are serialised on it, and only on it.
+hop), and a head that finds its next link busy waits in the router while the links behind
+it are released. NOTE: a wormhole router with FIFOs smaller than the message would keep
+those upstream links too, so chains of blocking (head-of-line blocking spreading back along
+a route) are underestimated; in exchange every hop is one event.
+Without contention a transfer takes ``h L + b / B``; two transfers that share a link are
+serialised on it, and only on it.
 
 Each request is served first come, first served (ties: the order the requests were
 made, so a run is deterministic)::
