@@ -178,3 +178,36 @@ def covers(pieces: tuple[Piece, ...], shape: Shape) -> bool:
     """Whether the pieces tile the whole of ``shape`` (their element counts add up; pieces
     built here never overlap)."""
     return sum(p.elements for p in pieces) == prod(shape)
+
+
+def coalesce(pieces: tuple[Piece, ...]) -> tuple[Piece, ...]:
+    """Merge pieces of the same tensor that are adjacent along one axis in both the operand
+    and the source (a Concat of consecutive Slices of one tensor is that tensor's box).
+    O(p^2) per merge, p pieces."""
+    out = list(pieces)
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(out)):
+            for j in range(len(out)):
+                if i != j and _adjacent(out[i], out[j]) is not None:
+                    out[i] = _adjacent(out[i], out[j])
+                    del out[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return tuple(out)
+
+
+def _adjacent(a: Piece, b: Piece) -> Piece | None:
+    """``a`` followed by ``b`` along one axis, as one piece, or None."""
+    if a.phys != b.phys or a.src_shape != b.src_shape or len(a.extent) != len(b.extent):
+        return None
+    for d in range(len(a.extent)):
+        same = all(a.extent[k] == b.extent[k] and a.dst_start[k] == b.dst_start[k] and a.src_start[k] == b.src_start[k]
+                   for k in range(len(a.extent)) if k != d)
+        if same and a.dst_start[d] + a.extent[d] == b.dst_start[d] and a.src_start[d] + a.extent[d] == b.src_start[d]:
+            ext = tuple(a.extent[k] + b.extent[k] if k == d else a.extent[k] for k in range(len(a.extent)))
+            return Piece(a.dst_start, ext, a.phys, a.src_shape, a.src_start)
+    return None

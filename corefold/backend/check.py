@@ -170,6 +170,11 @@ def _check_liveness(exe: Executable, program) -> None:
                             f"instruction {k} (buffer {a} '{ab.name}') finishes, and they share SRAM addresses")
 
 
+def _at_head(ins, c, i, queues, head) -> bool:
+    e = engine(ins)
+    return e is None or queues[(c, e)][head[(c, e)]] == i
+
+
 def run_executable(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the programs functionally and return the graph outputs (module docstring).
 
@@ -200,58 +205,92 @@ def run_executable(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, n
         return arr(dram[r.id], 0, r.nbytes, r.dtype, v)
 
     progs = {p.core: p.instructions for p in exe.programs}
-    done = {c: [False] * len(p) for c, p in progs.items()}
-    posted: dict[int, bool] = {}
-    arrived: dict[int, bool] = {}
-    head: dict[tuple, int] = {}
-    pending = sum(len(p) for p in progs.values())
-    recv_at = {ins.tag: (c, i) for c, p in progs.items() for i, ins in enumerate(p) if isinstance(ins, (Recv, Wait))}
+    waiting = {c: [len(ins.deps) for ins in p] for c, p in progs.items()}
+    dependents: dict[tuple, list[int]] = {}
+    queues: dict[tuple, list[int]] = {}
+    for c, p in progs.items():
+        for i, ins in enumerate(p):
+            for d in ins.deps:
+                dependents.setdefault((c, d), []).append(i)
+            e = engine(ins)
+            if e is not None:
+                queues.setdefault((c, e), []).append(i)
+    head = {k: 0 for k in queues}
+    posted: set[int] = set()
+    arrived: set[int] = set()
+    sends: dict[int, tuple] = {}
+    ready: list[tuple] = []
+    for c, p in progs.items():
+        for i, ins in enumerate(p):
+            if not ins.deps and _at_head(ins, c, i, queues, head):
+                ready.append((c, i))
+    finished = 0
+    total = sum(len(p) for p in progs.values())
 
-    def engine_ready(c, i, ins) -> bool:
+    def complete(c, i):
+        nonlocal finished
+        finished += 1
+        ins = progs[c][i]
         e = engine(ins)
-        if e is None:
-            return True
-        return all(done[c][j] for j in range(head.get((c, e), 0), i) if engine(progs[c][j]) == e)
+        if e is not None:
+            q = queues[(c, e)]
+            head[(c, e)] += 1
+            if head[(c, e)] < len(q):
+                j = q[head[(c, e)]]
+                if waiting[c][j] == 0:
+                    ready.append((c, j))
+        for j in dependents.get((c, i), ()):
+            waiting[c][j] -= 1
+            if waiting[c][j] == 0 and _at_head(progs[c][j], c, j, queues, head):
+                ready.append((c, j))
 
-    while pending:
-        progressed = False
-        for c, prog in progs.items():
-            for i, ins in enumerate(prog):
-                if done[c][i] or not all(done[c][d] for d in ins.deps) or not engine_ready(c, i, ins):
-                    continue
-                if isinstance(ins, Recv):
-                    posted[ins.tag] = True
-                    if not arrived.get(ins.tag):
-                        continue
-                elif isinstance(ins, Wait):
-                    if not arrived.get(ins.tag):
-                        continue
-                elif isinstance(ins, Send):
-                    if not posted.get(ins.tag):
-                        continue
-                    rc, _ = recv_at[ins.tag]
-                    b = exe.buffers[ins.dst.ref]
-                    arr(sram[rc], b.offset, b.nbytes, b.dtype, ins.dst)[...] = sram_arr(ins.src)
-                    arrived[ins.tag] = True
-                elif isinstance(ins, Signal):
-                    arrived[ins.tag] = True
-                elif isinstance(ins, Compute):
-                    op = exe.ops[ins.op]
-                    xs = [sram_arr(v).copy() if v is not None else None for v in ins.inputs]
-                    for v, y in zip(ins.outputs, run_op(op, xs), strict=True):
-                        sram_arr(v)[...] = np.asarray(y).astype(exe.buffers[v.ref].dtype, copy=False)
-                elif isinstance(ins, Copy):
-                    sram_arr(ins.dst)[...] = sram_arr(ins.src)
-                elif isinstance(ins, DmaLoad):
-                    sram_arr(ins.dst)[...] = dram_arr(ins.src)
-                elif isinstance(ins, DmaStore):
-                    dram_arr(ins.dst)[...] = sram_arr(ins.src)
-                done[c][i] = True
-                pending -= 1
-                progressed = True
-        if not progressed:
-            stuck = [(c, i) for c, p in progs.items() for i in range(len(p)) if not done[c][i]][:3]
-            raise ExecutableError(f"the programs deadlock; waiting: {stuck}")
+    parked: dict[int, tuple] = {}
+    while ready:
+        c, i = ready.pop()
+        ins = progs[c][i]
+        if isinstance(ins, Recv):
+            posted.add(ins.tag)
+            if ins.tag in sends:
+                sc, si = sends.pop(ins.tag)
+                ready.append((sc, si))
+            parked[ins.tag] = (c, i)
+            continue
+        if isinstance(ins, Wait):
+            if ins.tag in arrived:
+                complete(c, i)
+            else:
+                parked[ins.tag] = (c, i)
+            continue
+        if isinstance(ins, Send):
+            if ins.tag not in posted:
+                sends[ins.tag] = (c, i)
+                continue
+            rc, ri = parked.pop(ins.tag)
+            b = exe.buffers[ins.dst.ref]
+            arr(sram[rc], b.offset, b.nbytes, b.dtype, ins.dst)[...] = sram_arr(ins.src)
+            complete(c, i)
+            complete(rc, ri)
+            continue
+        if isinstance(ins, Signal):
+            arrived.add(ins.tag)
+            if ins.tag in parked:
+                complete(*parked.pop(ins.tag))
+        elif isinstance(ins, Compute):
+            op = exe.ops[ins.op]
+            xs = [sram_arr(v).copy() if v is not None else None for v in ins.inputs]
+            for v, y in zip(ins.outputs, run_op(op, xs), strict=True):
+                sram_arr(v)[...] = np.asarray(y).astype(exe.buffers[v.ref].dtype, copy=False)
+        elif isinstance(ins, Copy):
+            sram_arr(ins.dst)[...] = sram_arr(ins.src)
+        elif isinstance(ins, DmaLoad):
+            sram_arr(ins.dst)[...] = dram_arr(ins.src)
+        elif isinstance(ins, DmaStore):
+            dram_arr(ins.dst)[...] = sram_arr(ins.src)
+        complete(c, i)
+    if finished != total:
+        stuck = [(c, i) for c, p in progs.items() for i in range(len(p))
+                 if waiting[c][i] == 0][:3]
+        raise ExecutableError(f"the programs deadlock: {total - finished} instructions never run; e.g. {stuck}")
     out = {}
     for io in exe.outputs:
         r = exe.regions[io.region]

@@ -110,7 +110,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
         bump[ch] = off + _aligned(max(nbytes, 1))
-        kind = {"input": "input", "output": "output", "spill": "spill"}[key[0]]
+        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging"}[key[0]]
         region_id[key] = len(regions)
         regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
     for ph in lg.inputs:  # an input nobody reads still has its region
@@ -174,9 +174,13 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
                 last[e] = d
         return tuple(sorted(keep + list(last.values())))
 
+    index_of: dict[int, int] = {}
     for ev in cp.events:
+        if ev.kind == "hold":
+            continue
         idx = len(out)
-        deps: set[int] = set()
+        index_of[id(ev)] = idx
+        deps: set[int] = {index_of[id(a)] for a in ev.after}
         for v in ev.reads:
             if v is not None:
                 deps.update(writers.get(v[0], ()))

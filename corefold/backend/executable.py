@@ -75,17 +75,19 @@ When an instruction may start (both simulators):
 
 Sends, recvs, signals and waits do not block one another: a core may have many in
 flight at once, in any order. Each core's program is sorted by one global topological
-order of the lowered graph, and a Recv sits at the position of the data's producer, so
-every wait points at work earlier in that order and the programs cannot deadlock.
+order of the lowered graph; a Recv sits just before the task that reads its data, and
+the sending core does not reuse the sent buffer's addresses for work placed before that
+task, so every wait points at work earlier in that order (or at the same task's) and the
+programs cannot deadlock.
 
 What each instruction reads and writes is in its class docstring. An instruction reads
 its sources when it starts and writes its destinations by the time it completes; nothing
 else touches those bytes meanwhile (guaranteed by ``deps`` and rule 3).
 
-Buffer lifetime: an activation buffer is *live* from the start of the first instruction
-(program order) of its core that accesses it (a :class:`Recv` into it: from its posting)
-until every instruction of its core that accesses it has completed (a :class:`Send` from
-it accesses it until the data has arrived). At any time the
+Buffer lifetime: an activation buffer is *live* from the moment the first instruction of
+its core that accesses it starts (a :class:`Recv` into it: is posted) until every
+instruction of its core that accesses it has completed (a :class:`Send` from it accesses
+it until the data has arrived). At any time the
 live buffers of a core must not overlap in address; weight buffers are live from load to
 the end. A simulator asserts both (``sram_peak_bytes`` is the largest sum of ``nbytes`` of
 the live buffers of a core, weights included).

@@ -9,7 +9,9 @@
   that does not map boxes to boxes *materialises* its input with a gather task;
 * one whose data inputs are all constants is folded into a constant;
 * every other operator is a :class:`Task` on one core unit, with an :class:`Op` for the
-  executable and its cost (:func:`corefold.cost.op_cost`).
+  executable and its cost (:func:`corefold.cost.op_cost`);
+* a graph input that fits a core is loaded by a gather task, once, and sent on from that
+  core (DRAM bandwidth is shared by the whole chip, the NoC links are not).
 
 Physical tensors (:class:`Phys`) are the graph inputs (in DRAM), the constants (resident
 weights of the cores that read them) and the task outputs (in the producing core's SRAM).
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corefold.backend.boxes import Piece, Shape, prod, reshape_pieces, shift, sub_pieces
+from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
 from corefold.backend.tile import INTEGER_DOMAIN
 from corefold.cost import op_cost
@@ -119,6 +121,8 @@ class LoweredGraph:
     def working_bytes(self, task: Task) -> int:
         """Bytes of the task's non-constant inputs and outputs (its working set)."""
         total = sum(self.phys[o].nbytes for o in task.outputs)
+        if task.is_gather:
+            return total  # its input lands in its output buffer
         for o in task.inputs:
             if o is not None and not all(self.phys[p.phys].kind == "const" for p in o.pieces):
                 total += o.nbytes
@@ -190,8 +194,10 @@ class _Builder:
         for v in self.graph.inputs:
             if not v.has_static_shape:
                 raise UnsupportedOpError(f"input '{v.name}' has no static shape; bind it with --shape")
-            self.operand[id(v)] = self.new_phys(v.name, v.shape, v.dtype, "input")
-            inputs.append(self.operand[id(v)].pieces[0].phys)
+            x = self.new_phys(v.name, v.shape, v.dtype, "input")
+            inputs.append(x.pieces[0].phys)
+            # an input that fits a core is loaded once, by one core, and sent on from there
+            self.operand[id(v)] = self.gather(v.name, x) if x.nbytes <= self.target.core_memory_threshold else x
         for node in self.graph.topological_order():
             self.node(node)
         outputs = []
@@ -277,7 +283,7 @@ class _Builder:
                 pieces.extend(shift(x.pieces, axis, offset))
                 offset += x.shape[axis]
             out = node.outputs[0]
-            self.operand[id(out)] = Operand(tuple(out.shape), out.dtype, tuple(pieces))
+            self.operand[id(out)] = Operand(tuple(out.shape), out.dtype, coalesce(tuple(pieces)))
             return True
         if op == "Slice":
             x = self.of(node.inputs[0])

@@ -40,11 +40,17 @@ class LowerSettings:
         order_budget_seconds: budget of the M3 order search over all cores together
             (converted into simulated steps, so the result does not depend on the
             machine); 0 keeps the list-scheduling order.
+        acyclic: keep the graph of cores acyclic (data flows one way between any two
+            cores, as in a pipeline); False lets cores exchange data both ways.
+        spread: how fast the clustering opens cores: at most ``spread`` times the share
+            of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
     """
 
     seed: int = 0
     placement_effort: int = 1
     order_budget_seconds: float = 1.0
+    acyclic: bool = True
+    spread: float = 1.5
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
@@ -53,12 +59,12 @@ STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0)
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 
 
-def _prepare(graph: Graph, target: Target) -> tuple[LoweredGraph, Clustering]:
+def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> tuple[LoweredGraph, Clustering]:
     if target.kind != "npu":
         raise CompileError("core count", f"target '{target.name}'", 1, 0,
                            f"a '{target.kind}' target has no cores corefold lowers onto")
     lg = build(tile(graph, target), target)
-    return lg, cluster(lg, target)
+    return lg, cluster(lg, target, settings.acyclic, settings.spread)
 
 
 def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
@@ -75,7 +81,7 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
 
     times = {}
     t0 = time.perf_counter()
-    lg, cl = _prepare(graph, target)
+    lg, cl = _prepare(graph, target, settings)
     times["tile_place"] = time.perf_counter() - t0
     t = time.perf_counter()
     cores = place_on_mesh(cl, target, settings.seed, settings.placement_effort)
@@ -87,7 +93,7 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
     t = time.perf_counter()
     io_core = min(set(core_of) or {target.host_router},
                   key=lambda c: (abs(c[0] - target.host_router[0]) + abs(c[1] - target.host_router[1]), c[1], c[0]))
-    plan = Planner(lg, core_of, position, io_core).run()
+    plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold).run()
     lay_out_memory(plan, target)
     times["plan"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -135,7 +141,7 @@ def check_resources(exe: Executable, target: Target) -> None:
                                f"receives from {len(sources)} cores")
 
 
-def fits(graph: Graph, target: Target) -> CompileError | None:
+def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> CompileError | None:
     """Whether ``graph`` can be lowered onto ``target``, without lowering it: None if it
     fits, else the :class:`CompileError` that :func:`lower` would raise.
 
@@ -147,7 +153,7 @@ def fits(graph: Graph, target: Target) -> CompileError | None:
     from corefold.backend.cfx import estimate_program_bytes
 
     try:
-        lg, cl = _prepare(graph, target)
+        lg, cl = _prepare(graph, target, settings)
     except CompileError as exc:
         return exc
     counts = estimate_program_bytes(lg, cl)

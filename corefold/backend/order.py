@@ -20,9 +20,9 @@ import heapq
 
 import numpy as np
 
+from corefold.backend.executable import Core
 from corefold.backend.lgraph import LoweredGraph
 from corefold.backend.place import Clustering, _edges
-from corefold.backend.executable import Core
 from corefold.target import Target
 
 

@@ -88,121 +88,197 @@ def _input_bytes(lg: LoweredGraph, t: Task) -> float:
     return total
 
 
-def cluster(lg: LoweredGraph, target: Target) -> Clustering:
+def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5) -> Clustering:
     """Tasks onto groups (module docstring).
+
+    A fresh group opens only while the groups open stay within ``spread`` times the
+    share of the work scheduled so far (``k * spread * done / total``) and enough cores
+    remain for the weights still to place, unless no open group can take the task. With
+    ``acyclic`` False the direction constraint is dropped (the programs stay deadlock-free
+    either way; see :mod:`corefold.backend.executable`).
 
     Raises:
         CompileError: ``core count`` when the tasks need more cores than the target has
             usable; ``SRAM`` when one task's weights and working set exceed a core;
             ``NoC buffers`` when a task reads from more cores than a core can receive from.
     """
-    n = len(lg.tasks)
-    k_max = len(target.usable_cores)
-    cap = target.sram_bytes
-    streams = target.noc_streams_per_core
-    link = target.noc_link_bytes_per_cycle * target.clock_hz
-    lat = ASSUMED_HOPS * target.noc_hop_latency_cycles / target.clock_hz
-    dram = min(target.dram_bytes_per_s, target.units["dma"].throughput * target.clock_hz)
-    kinds = list(target.units)
-    edges = _edges(lg)
+    return _Clusterer(lg, target, acyclic, spread).run()
 
-    group = np.full(n, -1, np.int64)
-    start = np.zeros(n)
-    end = np.zeros(n)
-    # per group: unit free times, resident constants and bytes, largest working set,
-    # reachability (bit g' set in reach[g] iff g reaches g'), sources
-    free: list[dict[str, list[float]]] = []
-    consts: list[set[int]] = []
-    wbytes: list[int] = []
-    wsmax: list[int] = []
-    reach: list[int] = []
-    reached_by: list[int] = []
-    sources: list[set[int]] = []
-    traffic: dict[tuple[int, int], float] = {}
 
-    def open_group() -> int:
-        g = len(free)
-        free.append({k: [0.0] * target.units[k].count for k in kinds})
-        consts.append(set())
-        wbytes.append(0)
-        wsmax.append(0)
-        reach.append(1 << g)
-        reached_by.append(1 << g)
-        sources.append(set())
+class _Clusterer:
+    def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float):
+        self.lg = lg
+        self.target = target
+        self.acyclic = acyclic
+        self.spread = spread
+        self.k_max = len(target.usable_cores)
+        self.cap = target.sram_bytes
+        self.streams = target.noc_streams_per_core
+        # NOTE: a core's traffic leaves and enters over about two of its four links
+        self.link = 2 * target.noc_link_bytes_per_cycle * target.clock_hz
+        self.lat = ASSUMED_HOPS * target.noc_hop_latency_cycles / target.clock_hz
+        self.dram = min(target.dram_bytes_per_s, target.units["dma"].throughput * target.clock_hz)
+        n = len(lg.tasks)
+        self.group = np.full(n, -1, np.int64)
+        self.start = np.zeros(n)
+        self.end = np.zeros(n)
+        # per group: unit free times, resident constants and their bytes, largest working
+        # set, reachability (bit h of reach[g] set iff g reaches h), sending groups
+        self.free: list[dict[str, list[float]]] = []
+        self.consts: list[set[int]] = []
+        self.wbytes: list[int] = []
+        self.wsmax: list[int] = []
+        self.reach: list[int] = []
+        self.reached_by: list[int] = []
+        self.sources: list[set[int]] = []
+        self.traffic: dict[tuple[int, int], float] = {}
+        # outputs held in a group's SRAM until every reader is placed; NoC and DRAM queues
+        self.held: list[int] = []
+        self.egress: list[float] = []
+        self.ingress: list[float] = []
+        self.dram_free = 0.0
+        self.readers_left = [0] * n
+        for e in _edges(lg):
+            for p in e:
+                self.readers_left[p] += 1
+
+    def open_group(self) -> int:
+        g = len(self.free)
+        self.free.append({k: [0.0] * u.count for k, u in self.target.units.items()})
+        self.consts.append(set())
+        self.wbytes.append(0)
+        self.wsmax.append(0)
+        self.reach.append(1 << g)
+        self.reached_by.append(1 << g)
+        self.sources.append(set())
+        self.held.append(0)
+        self.egress.append(0.0)
+        self.ingress.append(0.0)
         return g
 
-    for t in lg.tasks:
-        tc = lg.consts_of(t)
-        ws = lg.working_bytes(t)
-        own = sum(lg.phys[c].nbytes for c in tc)
-        if own + ws > cap:
-            raise CompileError("SRAM", "every core", own + ws, cap,
-                               f"task '{t.name}' with its weights and working set")
-        preds = edges[t.id]
-        pred_groups = {int(group[p]) for p in preds}
-        remote_arrival = {p: end[p] + (lat + b / link if b > 0 else lat) for p, b in preds.items()}
-        base_ready = max(remote_arrival.values(), default=0.0)
-        load = _input_bytes(lg, t) / dram
+    def best_group(self, t: Task, cands: list[int], preds: dict[int, float], tc: list[int], ws: int):
+        """(key, group, start) of the candidate where ``t`` finishes first, or None."""
+        lg = self.lg
+        pred_groups = {int(self.group[p]) for p in preds}
         pmask = 0
         for g in pred_groups:
             pmask |= 1 << g
+        sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
+        in_bytes = _input_bytes(lg, t)
+        loaded = self.dram_free + in_bytes / self.dram if in_bytes else 0.0
         best = None
-        candidates = list(range(len(free)))
-        fresh = None
-        if len(free) < k_max:
-            fresh = -1
-            candidates.append(fresh)
-        for g in candidates:
+        for g in cands:
+            local = [p for p in preds if self.group[p] == g]
+            remote = [p for p in preds if self.group[p] != g]
+            rbytes = sum(preds[p] for p in remote)
             if g >= 0:
-                if reach[g] & pmask & ~(1 << g):
+                if self.acyclic and self.reach[g] & pmask & ~(1 << g):
                     continue  # g reaches a producer's group: a cycle
-                new_w = sum(lg.phys[c].nbytes for c in tc if c not in consts[g])
-                if wbytes[g] + new_w + max(wsmax[g], ws) > cap:
+                new_w = sum(lg.phys[c].nbytes for c in tc if c not in self.consts[g])
+                mine = sum(preds[p] for p in local)  # held inputs are part of the working set
+                if self.wbytes[g] + new_w + max(self.wsmax[g], ws) + max(0, self.held[g] - mine) > self.cap:
                     continue
-                if len(sources[g] | (pred_groups - {g})) > streams:
+                if len(self.sources[g] | (pred_groups - {g})) > self.streams:
                     continue
-                ready = 0.0
-                for p in preds:
-                    ready = max(ready, end[p] if group[p] == g else remote_arrival[p])
-                unit_free = min(free[g][t.unit])
+                ingress = self.ingress[g]
+                unit_free = min(self.free[g][t.unit])
             else:
-                if len(pred_groups) > streams:
+                if len(pred_groups) > self.streams:
                     continue
-                ready = base_ready
+                ingress = 0.0
                 unit_free = 0.0
-            st = max(ready + load, unit_free)
-            fin = st + t.seconds
-            key = (fin, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
+            ready = max([self.end[p] for p in local] + [loaded], default=0.0)
+            if remote:
+                ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
+            st = max(ready, unit_free)
+            key = (st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
             if best is None or key < best[0]:
                 best = (key, g, st)
-        if best is None:
-            if len(pred_groups) > streams:
-                raise CompileError("NoC buffers", "every core", len(pred_groups) * target.noc_stream_buffer_bytes,
-                                   target.noc_buffer_bytes, f"task '{t.name}' reads from {len(pred_groups)} cores")
-            need = _cores_needed(lg, target)
-            raise CompileError("core count", f"target '{target.name}'", max(need, k_max + 1), k_max,
-                               f"no core can take task '{t.name}'")
-        _, g, st = best
-        if g < 0:
-            g = open_group()
-        group[t.id] = g
-        start[t.id] = st
-        end[t.id] = st + t.seconds
-        units = free[g][t.unit]
-        units[units.index(min(units))] = end[t.id]
+        return best
+
+    def run(self) -> Clustering:
+        lg, cap = self.lg, self.cap
+        edges = _edges(lg)
+        total_work = sum(t.seconds for t in lg.tasks) or 1.0
+        done_work = 0.0
+        const_users: dict[int, int] = {}
+        for t in lg.tasks:
+            for c in lg.consts_of(t):
+                const_users[c] = const_users.get(c, 0) + 1
+        remaining_w = sum(lg.phys[c].nbytes for c in const_users)
+        for t in lg.tasks:
+            tc = lg.consts_of(t)
+            done_work += t.seconds
+            ws = lg.working_bytes(t)
+            own = sum(lg.phys[c].nbytes for c in tc)
+            if own + ws > cap:
+                raise CompileError("SRAM", "every core", own + ws, cap,
+                                   f"task '{t.name}' with its weights and working set")
+            preds = edges[t.id]
+            own_new = sum(lg.phys[c].nbytes for c in tc if const_users[c] == 1)
+            reserve = int(np.ceil(max(0, remaining_w - own_new) / (0.9 * cap)))
+            budget = int(np.ceil(self.k_max * min(1.0, self.spread * done_work / total_work)))
+            opened = len(self.free)
+            may_open = opened < self.k_max and opened < max(budget, 1) and self.k_max - opened - 1 >= reserve
+            best = self.best_group(t, list(range(opened)) + ([-1] if may_open else []), preds, tc, ws)
+            if best is None and not may_open and opened < self.k_max:
+                best = self.best_group(t, [-1], preds, tc, ws)
+            if best is None:
+                self.fail(t, preds)
+            _, g, st = best
+            if g < 0:
+                g = self.open_group()
+            self.assign(t, g, st, tc, ws, preds)
+            for c in tc:
+                const_users[c] -= 1
+                if const_users[c] == 0:
+                    remaining_w -= lg.phys[c].nbytes
+        return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
+                          float(self.end.max(initial=0.0)))
+
+    def assign(self, t: Task, g: int, st: float, tc: list[int], ws: int, preds: dict[int, float]) -> None:
+        self.group[t.id] = g
+        self.start[t.id] = st
+        self.end[t.id] = st + t.seconds
+        units = self.free[g][t.unit]
+        units[units.index(min(units))] = self.end[t.id]
         for c in tc:
-            if c not in consts[g]:
-                consts[g].add(c)
-                wbytes[g] += lg.phys[c].nbytes
-        wsmax[g] = max(wsmax[g], ws)
+            if c not in self.consts[g]:
+                self.consts[g].add(c)
+                self.wbytes[g] += self.lg.phys[c].nbytes
+        self.wsmax[g] = max(self.wsmax[g], ws)
+        in_bytes = _input_bytes(self.lg, t)
+        if in_bytes:
+            self.dram_free += in_bytes / self.dram
+        remote_end = 0.0
         for p, b in preds.items():
-            u = int(group[p])
+            u = int(self.group[p])
+            self.readers_left[p] -= 1
+            if self.readers_left[p] == 0:
+                self.held[u] -= self._out_bytes(p)
             if u != g:
-                sources[g].add(u)
-                traffic[(u, g)] = traffic.get((u, g), 0.0) + b
-                if not reach[u] >> g & 1:
-                    _connect(reach, reached_by, u, g)
-    return Clustering(group, start, end, len(free), consts, traffic, float(end.max(initial=0.0)))
+                self.sources[g].add(u)
+                self.traffic[(u, g)] = self.traffic.get((u, g), 0.0) + b
+                self.egress[u] = max(self.egress[u], self.end[p]) + b / self.link
+                remote_end = max(remote_end, self.egress[u])
+                if self.acyclic and not self.reach[u] >> g & 1:
+                    _connect(self.reach, self.reached_by, u, g)
+        self.ingress[g] = max(self.ingress[g], remote_end)
+        if self.readers_left[t.id] > 0:
+            self.held[g] += self._out_bytes(t.id)
+
+    def _out_bytes(self, t: int) -> int:
+        return sum(self.lg.phys[o].nbytes for o in self.lg.tasks[t].outputs)
+
+    def fail(self, t: Task, preds: dict[int, float]):
+        pred_groups = {int(self.group[p]) for p in preds}
+        target = self.target
+        if len(pred_groups) > self.streams:
+            raise CompileError("NoC buffers", "every core", len(pred_groups) * target.noc_stream_buffer_bytes,
+                               target.noc_buffer_bytes, f"task '{t.name}' reads from {len(pred_groups)} cores")
+        need = _cores_needed(self.lg, target)
+        raise CompileError("core count", f"target '{target.name}'", max(need, self.k_max + 1), self.k_max,
+                           f"no core can take task '{t.name}'")
 
 
 def _connect(reach: list[int], reached_by: list[int], u: int, g: int) -> None:
