@@ -1,9 +1,8 @@
 """SRAM over simulated time: every buffer's lifetime, the peak per core, and the two checks.
 
 Lifetimes follow ``corefold.backend.executable``: a weight buffer is live from load to the
-end; an activation buffer from the start of the first instruction of its core that
-accesses it (in program order; a :class:`Recv` into it from its posting) until every such
-instruction completed (a :class:`Send` from it: until its data arrived). An instruction
+end; an activation buffer from the moment the first instruction of its core that accesses
+it starts (a :class:`Recv` into it: is posted) until every such instruction completed (a :class:`Send` from it: until its data arrived). An instruction
 accesses the buffers of its operands on its own core: a Compute its inputs and outputs, a
 DmaLoad its destination, a DmaStore its source, a Copy both, a Send its source, a Recv its
 destination.
@@ -95,8 +94,8 @@ def sram_use(exe: Executable, run: TimedRun, capacity: int) -> SramUse:
                 buf = exe.buffers[b]
                 if buf.core != p.core:
                     raise SramError(f"core {p.core} instruction {j} accesses buffer '{buf.name}' of core {buf.core}")
-                if b not in first:
-                    first[b] = s  # program order: the first access is the first seen
+                if s < first.get(b, float("inf")):
+                    first[b] = s
                 if f > last.get(b, -1.0):
                     last[b] = f
     lifetimes: dict[int, tuple[float, float]] = {}
