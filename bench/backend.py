@@ -16,6 +16,8 @@ simulates with ``corefold.sim.run_simulation``, and prints:
 * ``lower s``, ``sim s``: wall time of lowering (goal <= 20 s) and of the simulation;
 * ``err``: the simulation against the reference executor (float: max |error| / output
   scale, must be <= 1e-5) or the integer runner (int8: max |error| in steps, must be 0);
+* below each row, where the time went: the busiest resources (busy time / latency) and
+  the critical path split by instruction kind;
 * ``naive x``: the speedup over the naive mapping, every operator on one core in file
   order: the operators cut to fit the core (the split pass) and issued in file order on
   that core's units by the M3 single-core simulator (``corefold.passes.order``), weights
@@ -137,8 +139,37 @@ def measure(name: str, graph, target, quantize: bool, feeds) -> dict:
                binding=sim.roofline.binding, sram_peak=max(used) / r.sram_capacity_bytes,
                sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
                instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
-               dram_bytes=r.dram_bytes)
+               dram_bytes=r.dram_bytes, explain=explain(sim))
     return row
+
+
+def explain(sim) -> str:
+    """Where the run's time went: the three busiest resources during the run (busy / latency), the
+    critical path (walked back from the last instruction through the dependency that
+    finished last) split into service time per instruction kind and waiting for a busy
+    resource. O(T + S)."""
+    tl, eng = sim.timed.timeline, sim.timed.engine
+    lat = sim.report.latency_s
+    lo, hi = sim.timed.run_start, sim.timed.run_end  # the run only: not the weight loading
+    spans = np.clip(tl.stage_end, lo, hi) - np.clip(tl.stage_start, lo, hi)
+    busy = np.bincount(tl.stage_resource, weights=spans, minlength=len(eng.resources))
+    top = np.argsort(-busy)[:3]
+    parts = [f"{eng.resources[r].name} {busy[r] / lat:.2f}" for r in top]
+    preds: list[list[int]] = [[] for _ in eng.tasks]
+    for i, task in enumerate(eng.tasks):
+        for j in task.succs:
+            preds[j].append(i)
+    cur = int(np.argmax(np.where(tl.finish <= sim.timed.run_end + 1e-15, tl.finish, -1)))
+    service: dict[str, float] = {}
+    waiting = 0.0
+    while preds[cur] and tl.finish[cur] > sim.timed.run_start:
+        ready = max(tl.finish[p] for p in preds[cur])
+        cat = eng.tasks[cur].category
+        service[cat] = service.get(cat, 0.0) + tl.finish[cur] - max(tl.start[cur], ready)
+        waiting += max(0.0, tl.start[cur] - ready)
+        cur = max(preds[cur], key=lambda p: tl.finish[p])
+    path = ", ".join(f"{k} {v / lat:.2f}" for k, v in sorted(service.items(), key=lambda kv: -kv[1]) if v > 0)
+    return f"busiest: {'; '.join(parts)} | critical path: {path}, waiting for a resource {waiting / lat:.2f}"
 
 
 def _output_step(graph, name: str) -> float:
@@ -157,6 +188,7 @@ def _print_row(row: dict) -> None:
     print(f"{head}{row['latency_s'] * 1e6:10.1f}{row['roofline_s'] * 1e6:10.1f}{row['ratio']:9.2f} {row['binding']:<7}"
           f"{row['sram_peak']:6.2f}{row['sram_mean']:6.2f}{row['cores']:6d}{row['lower_s']:9.1f}{row['sim_s']:8.1f}"
           f"{row['err']:10.2g}{naive}", flush=True)
+    print(f"{'':<28}{row['explain']}", flush=True)
 
 
 def main(argv=None) -> int:
