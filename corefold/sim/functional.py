@@ -13,7 +13,7 @@ step (the executable's rule: an instruction reads its sources when it starts and
 else touches its bytes until it completes):
 
 * Compute: the op's kernel on the input arrays, outputs written into the output views;
-  ONNX ops run the reference executor's kernel (``corefold.executor``), integer ops
+  ONNX ops run the reference executor's kernel (the operator table, ``corefold.ops``), integer ops
   (``Op.quant``) ``corefold.backend.kernels.run_op``;
 * DmaLoad, DmaStore, Copy, Send: the source box copied into the destination box;
 * Recv, Signal, Wait: nothing (the Send moved the data).
@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from corefold import ops
 from corefold.backend.executable import (
     Buffer,
     Compute,
@@ -40,7 +41,6 @@ from corefold.backend.executable import (
     View,
 )
 from corefold.errors import DataError, InternalError
-from corefold.executor.registry import load_all
 from corefold.sim.timed import TimedRun
 from corefold.target import Target
 
@@ -55,9 +55,9 @@ def _array(memory: np.ndarray, holder: Buffer | DramRegion, view: View) -> np.nd
 
 
 def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
-    """``run(op, arrays) -> outputs``: the executor's kernel of an ONNX op, or the backend's
-    integer kernel of a quantized one."""
-    kernels = load_all()
+    """``run(op, arrays) -> outputs``: the operator table's kernel of an ONNX op (the one
+    the reference executor runs), or the backend's integer kernel of a quantized one."""
+    kernels: dict[str, Callable] = {}
 
     def run(op: Op, arrays: list) -> list[np.ndarray]:
         if op.quant is not None:
@@ -66,7 +66,10 @@ def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
             return list(run_op(op, arrays))
         fn = kernels.get(op.op_type)
         if fn is None:
-            raise KernelError(f"op '{op.name}': no kernel for {op.op_type}")
+            entry = ops.lookup(op.op_type)
+            if entry is None or not callable(entry.kernel):
+                raise KernelError(f"op '{op.name}': no kernel for {op.op_type}")
+            fn = kernels[op.op_type] = entry.kernel
         return list(fn(op.attrs, arrays))
 
     return run
