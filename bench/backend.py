@@ -22,7 +22,7 @@ simulates with ``corefold.sim.run_simulation``, and prints:
   order: the operators cut to fit the core (the split pass) and issued in file order on
   that core's units by the M3 single-core simulator (``corefold.passes.order``), weights
   streamed from DRAM (they cannot stay resident in one core's SRAM), divided by the
-  simulated latency.
+  simulated latency; for int8 the same graph with one byte per element.
 
 Then int8 ResNet-50 (torchvision, random weights) on the ``npu-array`` preset (2x2 chips):
 its simulation wall time, goal <= 30 s.
@@ -91,13 +91,20 @@ def quantized(graph, seed: int = 0):
     return graph
 
 
-def naive_latency(graph, target) -> float:
-    """Every operator on one core, in file order (module docstring): the M3 simulator's makespan."""
+def naive_latency(float_graph, target, int8: bool) -> float:
+    """Every operator on one core, in file order (module docstring): the M3 single-core
+    simulator's makespan. For int8, the same float graph with every tensor at one byte per
+    element (cut to fit the core at that size), so that the naive mapping moves and keeps
+    what the int8 executable does, without the QDQ graph's dequantized float weights."""
     from corefold.passes.order import baseline_orders, build_problem, simulate
     from corefold.passes.split import split_graph
 
-    g = graph
-    split_graph(g, target)
+    g = float_graph
+    split_graph(g, target, threshold=target.core_memory_threshold * (4 if int8 else 1))
+    if int8:
+        for v in g.values():
+            if v.dtype == np.float32:
+                v.dtype = np.dtype(np.int8)
     problem = build_problem(g, target)
     return float(simulate(problem, baseline_orders(problem)["file"]))
 
@@ -220,7 +227,7 @@ def main(argv=None) -> int:
                     quantized(graph)
                 row = measure(name, graph, npu, quantize, feeds)
                 if "error" not in row and not args.no_naive:
-                    row["naive_s"] = naive_latency(graph, npu)
+                    row["naive_s"] = naive_latency(load_model(path), npu, quantize)
                 rows.append(row)
                 _print_row(row)
         if not args.skip_resnet50:
