@@ -41,7 +41,7 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.plan import Plan, _aligned, allocate, lifetimes, spill
+from corefold.backend.plan import Plan, aligned, allocate, lifetimes, spill
 from corefold.errors import CompileError
 from corefold.target import Target
 
@@ -60,7 +60,7 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
             buf = plan.buffers[b]
             if buf.kind == "weight":
                 buf.offset = top
-                top += _aligned(buf.nbytes)
+                top += aligned(buf.nbytes)
         weights[core] = top
         if top > cap:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
@@ -109,7 +109,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         ch = _nearest_channel(target, core)
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
-        bump[ch] = off + _aligned(max(nbytes, 1))
+        bump[ch] = off + aligned(max(nbytes, 1))
         kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging"}[key[0]]
         region_id[key] = len(regions)
         regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
@@ -119,7 +119,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
             p = lg.phys[ph]
             ch = _nearest_channel(target, target.host_router)
             off = bump.get(ch, 0)
-            bump[ch] = off + _aligned(max(p.nbytes, 1))
+            bump[ch] = off + aligned(max(p.nbytes, 1))
             region_id[key] = len(regions)
             regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name))
 

@@ -304,13 +304,13 @@ def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
 def _pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray:
     delta = np.zeros(n + 1, np.int64)
     for b, (lo, hi) in life.items():
-        size = _aligned(plan.buffers[b].nbytes)
+        size = aligned(plan.buffers[b].nbytes)
         delta[lo] += size
         delta[hi + 1] -= size
     return np.cumsum(delta)[:n]
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
@@ -457,7 +457,7 @@ def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
     first, then (if that overflows) by start and by lifetime; the lowest top wins.
     Returns the highest end used (may exceed ``limit``: the caller spills more). O(B^2)."""
     life = lifetimes(plan, cp)
-    size = {b: _aligned(plan.buffers[b].nbytes) for b in life}
+    size = {b: aligned(plan.buffers[b].nbytes) for b in life}
     orders = [lambda b: (-size[b], life[b][0], b), lambda b: (life[b][0], -size[b], b),
               lambda b: (life[b][0] - life[b][1], -size[b], b)]
     best = None
