@@ -7,8 +7,9 @@
 *Link* decides where every tensor between two executables lives: a value an earlier
 executable writes and a later one reads stays in DRAM; the model's inputs come from the
 host and its outputs go back to it (SPEC M1 §8: "its outputs go to external DRAM or the
-host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, a
-``manifest.json`` (run order, I/O bindings, buffers, checksums, compile calls, the
+host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, the
+whole compiled model as ``model.onnx`` (quantized and split as compiled: the reference of
+``corefold sim build/ --check build/model.onnx``), a ``manifest.json`` (run order, I/O bindings, buffers, checksums, compile calls, the
 optimal reference) and ``report.html``. It is written beside its final place and renamed
 into it, so a failed compile leaves no half-written build. Cost: the compile calls
 (counted in the manifest) plus one simulation of the chain.
@@ -143,8 +144,6 @@ def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None
         CompileError: an operator that cannot compile alone.
         CorefoldError: bad input anywhere.
     """
-    from corefold.passes.split import SplitPass
-
     serial = (serial or SerialSettings()).checked()
     settings = settings or CompileSettings()
     own_backend = compiler is None
@@ -152,6 +151,24 @@ def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None
                          progress=progress, compile=compiler or lower_for(target))
     if own_backend:
         ctx.data["fits"] = fits_for(target)
+    memo: dict = {}  # outcomes shared by the chosen strategy and the strategy table
+    ctx.data["compile_memo"] = memo
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc="compile calls", unit=" call", leave=False)
+        ctx.data["compile_progress"] = bar
+    try:
+        return _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
+    from corefold.passes.split import SplitPass
+
     passes: list[Any] = []
     if calib is not None:
         passes.append(_QuantizeStep(calib, quantize))
@@ -164,7 +181,8 @@ def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None
     if own_backend:
         build.executables = link(executables, graph)
     if settings.strategies_table:
-        build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"))
+        build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,
+                                         progress=bar)
     if settings.simulate and own_backend:
         from corefold.executor import random_inputs
         from corefold.sim import simulate_chain
@@ -274,7 +292,9 @@ def write_build(build: Build, out: str | os.PathLike, *, progress: bool = False)
                 save(exe, tmp / f"{name}.cfx")
             else:  # a user's compiler: its own output bytes
                 (tmp / f"{name}.cfx").write_bytes(getattr(exe, "data", b""))
+        save_model(build.graph, tmp / "model.onnx")  # the whole compiled model: corefold sim --check's reference
         doc = manifest(build, names)
+        doc["model_onnx"] = "model.onnx"
         for e in doc["executables"]:
             e["sha256"] = {k: _sha256(tmp / e[k]) for k in ("cfx", "onnx")}
         (tmp / "manifest.json").write_text(json.dumps(doc, indent=1, default=float))

@@ -1,4 +1,11 @@
-"""``corefold sim model.cfx``: run an executable as the chip would (functional and timed).
+"""``corefold sim model.cfx`` or ``corefold sim build/``: run an executable, or a build's
+chain of executables, as the chip would (functional and timed).
+
+A build folder (``corefold compile``) runs its executables in the manifest's order, the
+tensors between them staying in DRAM and the model's inputs and outputs crossing the host
+link; the report has a single executable's keys, summed over the chain, plus
+``executables`` (each one's report) and the trace has one process group per executable,
+laid end to end.
 
 Prints latency against the roofline bound, weight loading, SRAM peak, NoC, DRAM and host
 traffic and unit utilisation; writes the outputs (``-o``), the report (``--report``), a
@@ -30,7 +37,8 @@ class ReferenceRunError(CorefoldError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("executable", metavar="model.cfx", help="executable written by corefold lower")
+    p.add_argument("executable", metavar="model.cfx|build/",
+                   help="executable written by corefold lower, or a build folder written by corefold compile")
     p.add_argument("--target", metavar="T", default=None,
                    help="the target it was built for (preset or TOML; default: the bundled preset whose "
                         "fingerprint matches)")
@@ -55,12 +63,16 @@ def run(args: argparse.Namespace) -> int:
             import matplotlib  # noqa: F401 - only whether it is there
         except ImportError:
             raise CorefoldError("--heatmap needs matplotlib: pip install 'corefold[plot]'") from None
+    from pathlib import Path
+
     from corefold.backend.cfx import load as load_executable
     from corefold.cli.run import load_npz
     from corefold.sim import random_inputs, run_simulation
     from corefold.target import load_target
 
     target = load_target(args.target) if args.target else None
+    if Path(args.executable).is_dir():
+        return _run_build(args, target)
     exe = load_executable(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else random_inputs(exe, seed=args.seed)
     sim = run_simulation(exe, feeds, target)
@@ -84,6 +96,91 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         return check_against_ort(args.check, feeds, sim.outputs)
     return 0
+
+
+def build_inputs(exes, model_inputs: list[str], seed: int) -> dict[str, np.ndarray]:
+    """Seeded random values for a chain's model inputs (as ``random_inputs`` draws them
+    for one executable, over the first executable reading each input)."""
+    from types import SimpleNamespace
+
+    from corefold.sim import random_inputs
+
+    wanted, ios = set(model_inputs), {}
+    for exe in exes:
+        for io in exe.inputs:
+            if io.name in wanted:
+                ios.setdefault(io.name, io)
+    return random_inputs(SimpleNamespace(inputs=[ios[n] for n in model_inputs if n in ios]), seed=seed)
+
+
+def _run_build(args: argparse.Namespace, target) -> int:
+    import json
+
+    from corefold.cli.common import atomic_output
+    from corefold.cli.run import load_npz
+    from corefold.compile import load_build
+    from corefold.sim import simulate_chain
+
+    exes, doc = load_build(args.executable, target)
+    feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
+    chain = simulate_chain(exes, feeds, target)
+    outputs = {name: chain.tensors[name] for name in doc.get("outputs", []) if name in chain.tensors}
+    r = chain.report
+    print(f"simulated {args.executable}: {len(exes)} executable(s), {r.instructions} instructions")
+    for i, run in enumerate(chain.runs):
+        print(f"  {doc['executables'][i]['name']}: {run.report.latency_s * 1e6:10.2f} us, "
+              f"DRAM {run.report.dram_bytes:,} bytes, host {run.report.host_bytes:,} bytes")
+    ratio = r.latency_s / r.roofline_s if r.roofline_s > 0 else float("inf")
+    print(f"latency      {r.latency_s * 1e6:10.2f} us   roofline {r.roofline_s * 1e6:.2f} us, "
+          f"latency / roofline {ratio:.2f}")
+    print(f"NoC          {r.noc_bytes:,} byte-hops   DRAM {r.dram_bytes:,} bytes   host {r.host_bytes:,} bytes")
+    for name, arr in outputs.items():
+        print(f"{name}: {arr.dtype.name}{list(arr.shape)}")
+    if args.output:
+        with atomic_output(args.output, suffix=".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **outputs)
+        print(f"wrote {args.output}")
+    if args.report:
+        with atomic_output(args.report, suffix=".json") as tmp:
+            tmp.write_text(json.dumps(chain.report_json(), indent=1, default=float))
+        print(f"wrote {args.report}")
+    if args.trace:
+        with atomic_output(args.trace, suffix=".json") as tmp:
+            tmp.write_text(json.dumps(chain_trace(chain, [e["name"] for e in doc["executables"]])))
+        print(f"wrote {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.heatmap:
+        from corefold.sim.plot import draw_link_heatmap
+        from corefold.sim.report import link_bytes_array
+
+        draw_link_heatmap(link_bytes_array(r), args.heatmap)
+        print(f"wrote {args.heatmap}")
+    if args.check:
+        return check_against_ort(args.check, feeds, outputs)
+    return 0
+
+
+def chain_trace(chain, names: list[str]) -> dict:
+    """One Chrome trace for a chain: each executable's events shifted to start where the
+    previous one ended, its processes prefixed by its name and given their own ids."""
+    from corefold.sim.trace import trace_events
+
+    events, offset_us, pid_base = [], 0.0, 0
+    for name, run in zip(names, chain.runs, strict=True):
+        evs = trace_events(run.timed.engine, run.timed.timeline)["traceEvents"]
+        top = 0
+        for e in evs:
+            e = dict(e)
+            top = max(top, int(e.get("pid", 0)))
+            e["pid"] = pid_base + int(e.get("pid", 0))
+            if "ts" in e:
+                e["ts"] = float(e["ts"]) + offset_us
+            if e.get("name") == "process_name":
+                e["args"] = {"name": f"{name}: {e['args']['name']}"}
+            events.append(e)
+        pid_base += top + 1
+        offset_us += run.report.latency_s * 1e6
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
 def _mib(n: float) -> str:

@@ -12,6 +12,11 @@ depend on where they ran.
 An optional ``fits(subgraph) -> None | CompileError`` (``backend.fits``: a feasibility
 check without full lowering) answers the optimal reference's many questions cheaply; its
 calls are counted apart.
+
+A *memo* shared between services (``compile_model`` shares one between the chosen
+strategy and the strategy table) hands back an outcome computed by another service: the
+call is still counted (each service reports what it alone would have cost), only the
+work is saved. A *progress* object (``tqdm``-like: ``update(n)``) is told of every call.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ class CompileService:
     fits_calls: int = 0
     seconds: float = 0.0
     cache: dict[Piece, Outcome] = field(default_factory=dict)
+    memo: dict[Piece, Outcome] | None = None
+    progress: Any = None
     fits_cache: dict[Piece, CompileError | None] = field(default_factory=dict)
     _pool: Any = None
     _ray_refs: Any = None
@@ -105,10 +112,16 @@ class CompileService:
         todo = [p for p in dict.fromkeys(pieces) if p not in self.cache]
         if todo:
             t0 = time.perf_counter()
-            for out in self._run(todo):
-                self.cache[out.piece] = out
+            memo = self.memo if self.memo is not None else {}
+            fresh = [p for p in todo if p not in memo]
+            for out in self._run(fresh) if fresh else []:
+                memo[out.piece] = out
+            for p in todo:
+                self.cache[p] = memo[p]
             self.calls += len(todo)
             self.seconds += time.perf_counter() - t0
+            if self.progress is not None:
+                self.progress.update(len(todo))
         return [self.cache[p] for p in pieces]
 
     def fits(self, piece: Piece) -> bool:

@@ -230,15 +230,15 @@ def fuse_prepared(prep: Prepared, settings: SerialSettings, svc_factory, strateg
                         minimum, [int(prep.cross.bytes[p.end]) for p in fused[:-1]], strategy)
 
 
-def _factory(graph: Graph, compile_fn, fits_fn, settings: SerialSettings):
+def _factory(graph: Graph, compile_fn, fits_fn, settings: SerialSettings, memo=None, progress=None):
     def make(order, cache):
         return CompileService(graph, order, compile_fn, fits_fn, workers=settings.workers, ray=settings.ray or None,
-                              cache=cache)
+                              cache=cache, memo=memo, progress=progress)
     return make
 
 
 def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None = None, *,
-                     fits_fn=None) -> SerialResult:
+                     fits_fn=None, memo: dict | None = None, progress=None) -> SerialResult:
     """Partition ``graph`` into a chain of subgraphs that each compile with ``compile_fn``,
     cut along the graph's stable topological order.
 
@@ -247,6 +247,9 @@ def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None =
             subgraph does not fit.
         fits_fn: optional fast feasibility check ``fits(subgraph) -> None | CompileError``
             for the optimal reference.
+        memo: outcomes shared with other runs on the same graph (work saved, calls still
+            counted; see ``compilers``).
+        progress: a ``tqdm``-like object told of every compile call.
 
     Raises:
         CompileError: an operator that alone cannot compile.
@@ -257,16 +260,17 @@ def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None =
         raise SerialError("serial partitioning needs a compiler (CompileContext.compile)")
     if len(graph) == 0:
         return SerialResult([], [], [], 0, 0, [], 0)
-    make = _factory(graph, compile_fn, fits_fn, settings)
+    make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
     return fuse_prepared(prepare(graph, compile_fn, settings, make), settings, make)
 
 
 def compare_strategies(graph: Graph, compile_fn, settings: SerialSettings | None = None, *, fits_fn=None,
-                       strategies: tuple[str, ...] = ("a", "b", "c", "d", "optimal")) -> dict[str, SerialResult]:
+                       strategies: tuple[str, ...] = ("a", "b", "c", "d", "optimal"), memo: dict | None = None,
+                       progress=None) -> dict[str, SerialResult]:
     """Every strategy on the same split chain, each counting its own compile calls (the
     split phase's included); the reference is computed once, with the first."""
     settings = (settings or SerialSettings()).checked()
-    make = _factory(graph, compile_fn, fits_fn, settings)
+    make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
     prep = prepare(graph, compile_fn, settings, make)
     out = {}
     for i, s in enumerate(strategies):
@@ -288,7 +292,8 @@ class SerialPass:
 
     def run(self, graph: Graph, ctx) -> PassResult:
         settings = ctx.settings_for(self)
-        res = serial_partition(graph, ctx.compile, settings, fits_fn=ctx.data.get("fits"))
+        res = serial_partition(graph, ctx.compile, settings, fits_fn=ctx.data.get("fits"),
+                               memo=ctx.data.get("compile_memo"), progress=ctx.data.get("compile_progress"))
         for i, p in enumerate(res.pieces):
             for node in res.order[p.start:p.end]:
                 node.meta["subgraph"] = i
