@@ -58,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_argument(parser)
     parser.set_defaults(target="neuromorphic")
     parser.add_argument("--mesh", type=_mesh, metavar="WxH", help="override: one chip of W x H cores")
+    parser.add_argument("--chips", type=_mesh, metavar="CxR",
+                        help="override: a board of C x R chips (of the target's or --mesh's chip)")
     parser.add_argument("--neurons-per-core", type=_positive, metavar="N", help="override the neuron capacity")
     parser.add_argument("--synapses-per-core", type=_positive, metavar="S", help="override the synapse capacity")
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default 0)")
@@ -67,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="set one mapper setting (repeatable), after the preset; see --help-settings")
     parser.add_argument("--help-settings", action=_HelpSettings,
                         help="list every mapper setting (the spec's parameters among them) and exit")
+    parser.add_argument("--objective", choices=["synapse", "multicast"],
+                        help="traffic counted per synapse (default) or per spike along its XY multicast tree "
+                             "(needs the synapses' directions; same as --set objective=...)")
     parser.add_argument("--threads", type=_positive, metavar="N",
                         help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
@@ -141,8 +146,10 @@ def run(args: argparse.Namespace) -> int:
     from corefold.io import atomic_outputs, check_outputs
     from corefold.mapping import objectives
     from corefold.mapping.mapper import core_capacities, map_topology
+    from corefold.mapping.out_of_core import evaluate_archive, map_archive, wants_out_of_core
     from corefold.mapping.settings import MapSettings
-    from corefold.settings import override
+    from corefold.mapping.topology.archive import ArchiveReader
+    from corefold.settings import SettingsError, override
     from corefold.target import load_target
 
     check_outputs([("-o", args.output), ("--heatmap", args.heatmap)], inputs=[args.topology])
@@ -152,20 +159,37 @@ def run(args: argparse.Namespace) -> int:
     settings = override(MapSettings.preset(args.preset), args.settings)
     if args.threads:
         settings = replace(settings, threads=args.threads)
+    if args.objective:
+        settings = replace(settings, objective=args.objective)
     target = load_target(args.target)
     if args.mesh:
         target = target.with_mesh(*args.mesh)
+    if args.chips:
+        target = replace(target, chips_x=args.chips[0], chips_y=args.chips[1], unusable_cores=frozenset())
     if args.neurons_per_core:
         target = replace(target, neurons_per_core=args.neurons_per_core)
     if args.synapses_per_core:
         target = replace(target, synapses_per_core=args.synapses_per_core)
     caps = core_capacities(target)
-    topo = load_any_topology(args.topology)
     progress = None if not args.no_progress else False
-    mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
-    ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
-                             target.mesh_height, target.interchip_hop_cost,
-                             (target.neurons_per_core, target.synapses_per_core))
+    if wants_out_of_core(args.topology, settings):
+        if settings.objective == "multicast":
+            raise SettingsError("the multicast objective needs the topology in memory: --set out_of_core=never "
+                                "(or a larger --set memory_budget_gib)")
+        mapping = map_archive(args.topology, target, settings, seed=args.seed, progress=progress)
+        ev = evaluate_archive(args.topology, mapping.core_xy, target)
+        with ArchiveReader(args.topology) as reader:
+            sizes = reader.vertex_loads()[0]
+            counts = (reader.num_vertices, int(sizes.sum()), reader.manifest["entries"] // 2)
+        ev["synapse_traffic"], ev["multicast_traffic"], ev["connectivity"] = ev["traffic"], np.nan, np.nan
+    else:
+        topo = load_any_topology(args.topology)
+        mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
+        ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
+                                 target.mesh_height, target.interchip_hop_cost,
+                                 (target.neurons_per_core, target.synapses_per_core), objective=settings.objective)
+        counts = (topo.num_vertices, int(topo.neuron_sizes.sum()), topo.num_edges)
+        del topo
     elapsed = time.perf_counter() - t0
     fill = ev["fill"]
     # the mapping and the heatmap appear together or not at all
@@ -174,15 +198,18 @@ def run(args: argparse.Namespace) -> int:
             np.savez(f, core_xy=mapping.core_xy.astype(np.int64), cut=ev["cut"], traffic=ev["traffic"],
                      lower_bound=ev["lower_bound"], max_link_load=ev["max_link_load"],
                      link_loads=ev["link_loads"], core_fill=fill, capacities=caps,
-                     violations=ev["violations"], seconds=elapsed)
+                     violations=ev["violations"], seconds=elapsed, objective=settings.objective,
+                     synapse_traffic=ev["synapse_traffic"], multicast_traffic=ev["multicast_traffic"],
+                     connectivity=ev["connectivity"])
         if args.heatmap:
             draw_heatmap(ev["link_loads"], tmps[1])
     lb = ev["lower_bound"]
-    print(f"mapped {topo.num_vertices} vertices ({int(topo.neuron_sizes.sum())} neurons, "
-          f"{topo.num_edges} edges) onto {ev['cores_used']} cores of {target.name} "
-          f"({target.width}x{target.height})")
+    print(f"mapped {counts[0]} vertices ({counts[1]} neurons, {counts[2]} edges) onto {ev['cores_used']} cores of "
+          f"{target.name} ({target.width}x{target.height})" + (" out of core" if mapping.summary.get("out_of_core")
+                                                                else ""))
     print(f"cut                  {ev['cut']:.6g}")
-    print(f"hop-weighted traffic {ev['traffic']:.6g}")
+    other = "multicast" if settings.objective == "synapse" else "synapse"
+    print(f"hop-weighted traffic {ev['traffic']:.6g}  ({settings.objective}; {other}: {ev[other + '_traffic']:.6g})")
     print(f"lower bound          {lb:.6g}  (traffic / bound = {ev['traffic'] / lb if lb > 0 else 1.0:.3f})")
     print(f"max link load        {ev['max_link_load']:.6g}")
     for d, name in enumerate(("neurons", "synapses")):

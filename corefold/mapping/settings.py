@@ -108,6 +108,23 @@ class MapSettings:
         restart_anneal_share: the restarts share this fraction of one run's annealing steps.
         threads: worker threads (0 = one per CPU): the nodes of one depth of the recursive
             bisection, and seeded restarts, run concurrently. The mapping does not depend on it.
+        objective: ``synapse`` counts every synapse's hops (traffic = sum over edges of
+            weight x hops); ``multicast`` counts every spike once per link of its XY
+            multicast tree to the cores of its destinations (needs the topology's synapse
+            directions, else every edge runs both ways): the bisections then cut the fewest
+            nets (connectivity) and the final refinement moves vertices on the exact trees.
+        multicast_passes: passes of the multicast move refinement on the final placement.
+        out_of_core: ``auto`` maps an archive out of core (edges streamed from disk, coarse
+            levels written beside it, :mod:`corefold.mapping.out_of_core`) when mapping it in
+            memory would pass ``memory_budget_gib``; ``always``; ``never``. Synapse
+            objective only.
+        memory_budget_gib: see ``out_of_core`` (the in-memory mapper needs about 60 bytes
+            per edge entry).
+        stream_coarsest_entries: out of core, coarsening goes on until a level has at most
+            this many edge entries; that level is mapped in memory.
+        stream_matching_repeats: out of core, matching passes per level, the one pairing
+            most vertices kept; each is a full read of the level (the seed's 4 to 8
+            repeats cost 4 to 8 reads).
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -147,6 +164,12 @@ class MapSettings:
     restart_work: int = 20_000
     restart_anneal_share: float = 0.3
     threads: int = 0
+    objective: Literal["synapse", "multicast"] = "synapse"
+    multicast_passes: int = 6
+    out_of_core: Literal["auto", "always", "never"] = "auto"
+    memory_budget_gib: float = 4.0
+    stream_coarsest_entries: int = 20_000_000
+    stream_matching_repeats: int = 1
     debug: bool = False
     trace: bool = False
 
@@ -191,6 +214,9 @@ class MapSettings:
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} = {getattr(self, name)}: must not be negative")
+        if self.memory_budget_gib <= 0 or self.stream_coarsest_entries < 1 or self.stream_matching_repeats < 1:
+            raise SettingsError("memory_budget_gib, stream_coarsest_entries and stream_matching_repeats must be "
+                                "positive")
         if self.rebalance_tolerance is not None and self.rebalance_tolerance < 0:
             raise SettingsError(f"rebalance_tolerance = {self.rebalance_tolerance}: must not be negative")
 

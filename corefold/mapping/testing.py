@@ -58,3 +58,4 @@ def crossing_weight(topo: Topology, side: np.ndarray) -> float:
     (a reference for the Numba kernels' incremental cuts). O(m)."""
     return sum(topo.weights[e] for v in range(topo.num_vertices) for e in range(topo.indptr[v], topo.indptr[v + 1])
                if side[v] != side[topo.indices[e]]) / 2
+

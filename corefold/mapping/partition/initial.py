@@ -20,10 +20,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from corefold.mapping.nets import incidence
 from corefold.mapping.objectives import edge_costs
 from corefold.mapping.partition.balance import balance_caps, lower_bounds, rebalance_sides
 from corefold.mapping.partition.bisection import CUT_DIST
 from corefold.mapping.partition.fm import fm_refine
+from corefold.mapping.partition.fm_nets import cut_nets, fm_refine_nets, grow_bisection_nets
 from corefold.mapping.partition.heap import heap_pop, heap_push
 from corefold.mapping.partition.refine import refine
 
@@ -86,7 +88,7 @@ def grow_bisection(indptr, indices, weights, loads, target, starts, bias):
 def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Generator,
            restarts: int = 4, refine_passes: int = 2, fm: bool = True,
            bias: np.ndarray | None = None, rebalance_moves: int = 0,
-           rebalance_tolerance: float | None = None) -> np.ndarray:
+           rebalance_tolerance: float | None = None, nets: tuple | None = None) -> np.ndarray:
     """Split a graph into sides 0/1 holding loads in proportion to ``caps2`` (2, dims).
 
     Each restart grows side 0 from a random vertex to its share of the total load, then
@@ -94,7 +96,12 @@ def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Ge
     without overfilling either side's capacity; the cheapest cut whose
     sides fit is kept (the cheapest overall if none fits). With ``rebalance_moves`` > 0 a
     grown side over a capacity is first repaired by :func:`rebalance` (at most that many moves),
-    aimed at :func:`balance_caps` with ``rebalance_tolerance``.
+    aimed at :func:`balance_caps` with ``rebalance_tolerance``. With ``nets`` (pin sets
+    ``(ptr, pins, weight)`` on these vertices) the objective is the weight of the cut nets
+    instead of the cut edges: side 0 grows by :func:`~.fm_nets.grow_bisection_nets` and is
+    refined by :func:`~.fm_nets.fm_refine_nets` (the multicast objective's connectivity;
+    growing on the nets rather than the edges: lenet's top bisection, mean cut over 6
+    seeds 1,165 -> 952).
 
     Returns:
         int64 side per vertex.
@@ -107,20 +114,31 @@ def bisect(indptr, indices, weights, loads, caps2: np.ndarray, rng: np.random.Ge
     target = np.floor(total * share).astype(np.int64)
     best, best_key = None, None
     aim = balance_caps(total, caps2, rebalance_tolerance)
+    if nets is not None:
+        vptr, vnets = incidence(nets[0], nets[1], n)
     for _ in range(max(1, restarts)):
         starts = rng.permutation(n).astype(np.int64)
-        side, _ = grow_bisection(indptr, indices, weights, loads, target, starts, bias)
-        side = side.astype(np.int64)
+        if nets is not None:
+            side = grow_bisection_nets(*nets, vptr, vnets, loads, target, starts, bias)
+        else:
+            side, _ = grow_bisection(indptr, indices, weights, loads, target, starts, bias)
+            side = side.astype(np.int64)
         if rebalance_moves:
             rebalance_sides(indptr, indices, weights, loads, side, caps2, rebalance_moves, aim)
         fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
-        if fm:
-            c = fm_refine(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2),
-                          max(50, n // 20), bias)
+        if fm and nets is not None:
+            fm_refine_nets(*nets, vptr, vnets, loads, side, caps2, lower_bounds(total, caps2), max(50, n // 20), bias)
+            fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
+        elif fm:
+            fm_refine(indptr, indices, weights, loads, side, caps2, lower_bounds(total, caps2),
+                      max(50, n // 20), bias)
             fill = np.stack([loads[side == 0].sum(axis=0), loads[side == 1].sum(axis=0)])
         else:
             refine(indptr, indices, weights, loads, side, fill, caps2, CUT_DIST, rng, passes=refine_passes)
-        c = edge_costs(indptr, indices, weights, side, CUT_DIST)[0] + float(bias[side == 0].sum())
+        if nets is not None:
+            c = cut_nets(*nets, side) + float(bias[side == 0].sum())
+        else:
+            c = edge_costs(indptr, indices, weights, side, CUT_DIST)[0] + float(bias[side == 0].sum())
         over = float(np.maximum(fill - caps2, 0).sum())
         key = (over, c)
         if best_key is None or key < best_key:
