@@ -232,6 +232,39 @@ def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[P
     return out
 
 
+def repair_cover(cover: list[Piece], chain: list[Piece], svc: CompileService) -> list[Piece]:
+    """``cover`` with every range that fits but does not compile (feasibility was not
+    monotone for this compiler) cut again: at the split chain's cut points inside it, else
+    in halves, until each part compiles. The result still covers every operator once, in
+    order. O(len(cover) + compiles of the failing ranges' parts).
+
+    Raises:
+        CompileError: a single operator that does not compile.
+    """
+    cuts = sorted({p.start for p in chain} | {chain[-1].end}) if chain else []
+    out: list[Piece] = []
+    todo = list(reversed(cover))  # a stack: the next range to place is on top
+    while todo:
+        batch = list(reversed(todo))
+        todo.clear()
+        outcomes = svc.compile_many(batch)
+        for i, o in enumerate(outcomes):
+            if o.ok:
+                out.append(o.piece)
+                continue
+            p = o.piece
+            if p.end - p.start == 1:
+                raise o.error
+            inner = [c for c in cuts if p.start < c < p.end] or [(p.start + p.end) // 2]
+            bounds = [p.start, *inner, p.end]
+            parts = [Piece(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            # the failing range's parts, then the rest of the batch, are compiled next
+            todo.extend(reversed(batch[i + 1:]))
+            todo.extend(reversed(parts))
+            break
+    return out
+
+
 def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attributes, limits: GroupLimits,
          rounds: int = 0) -> list[Piece]:
     """Apply ``strategy`` (``a``, ``b``, ``c``, ``d``, ``optimal`` or ``none``) for at most
@@ -250,12 +283,7 @@ def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attribut
         return list(chain)
     if strategy == "optimal":
         best = minimum_chain(chain, svc) if len(chain) <= 2 else minimum_cover(chain[0].start, chain[-1].end, svc.fits)
-        outcomes = svc.compile_many(best)
-        if all(o.ok for o in outcomes):
-            return best
-        # feasibility was not monotone for this compiler: keep what compiled, split the rest
-        return [p for o in outcomes for p in ([o.piece] if o.ok else [q for q in chain if o.piece.start <= q.start
-                                                                         and q.end <= o.piece.end])]
+        return repair_cover(best, chain, svc)
     if strategy not in step:
         raise ValueError(f"unknown fusion strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     done = 0

@@ -283,3 +283,20 @@ def test_galloping_cover_equals_the_dp_over_every_position(seed, n):
             return prefix[p.end] - prefix[p.start] <= limit
 
     assert len(got) == len(minimum_chain([Piece(i, i + 1) for i in range(n)], Svc()))
+
+
+def test_optimal_cover_repaired_when_fits_overestimates():
+    """The fast check said [3, 9) fits but it does not compile; the cover must still hold
+    every operator once, in order, with only compiling ranges (a lost range [3, 4) between
+    two of the chain's cut points once left the chain without an executable)."""
+    from corefold.passes.serial.fusion import repair_cover
+
+    chain = [Piece(0, 2), Piece(2, 4), Piece(4, 6), Piece(6, 9)]
+    cover = [Piece(0, 3), Piece(3, 9)]
+    svc = _Fake(lambda p: not (p.start <= 3 and p.end >= 8) and len(p) <= 4)
+    got = repair_cover(cover, chain, svc)
+    assert got == [Piece(0, 3), Piece(3, 4), Piece(4, 6), Piece(6, 9)]
+    # a single operator that never compiles is the compiler's error
+    svc = _Fake(lambda p: not p.start <= 5 < p.end)
+    with pytest.raises(CompileError):
+        repair_cover([Piece(0, 9)], chain, svc)
