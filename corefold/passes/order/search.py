@@ -32,7 +32,7 @@ otherwise; the budget caps the sampled and local-search work.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -109,6 +109,7 @@ class OrderResult:
             "modified": self.modified,
             "target_makespan": self.settings.target_makespan,
             "reached_target": self.reached_target,
+            "settings": asdict(self.settings),
         }
 
 
