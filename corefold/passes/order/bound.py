@@ -81,7 +81,7 @@ LP_MARGIN = 1e-6
 #: Segments with more nodes use only inputs and outputs in their live sets.
 REACH_LIMIT = 3000
 #: Term families of the LP (``lower_bound(..., families=...)`` keeps a subset, for tests).
-FAMILIES = ("critical_path", "work", "segment_sum", "dma_queue")
+FAMILIES = ("critical_path", "work", "segment_sum", "dma_queue", "window_search")
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,25 @@ def live_sets(problem: ScheduleProblem, seg: np.ndarray) -> tuple[list[np.ndarra
     return certain, possible
 
 
+def window_floors(problem: ScheduleProblem, seg: np.ndarray, closing: list[int], nodes: int) -> dict[int, float]:
+    """Window ``j`` -> a lower bound of its length from bound_windows.py, where it applies
+    (``nodes`` branch-and-bound nodes per window of at most 24 operators, a tenth above)."""
+    from corefold.passes.order.bound_windows import window_floor
+
+    out = {}
+    for j in range(len(closing)):
+        members = np.flatnonzero(seg == j)
+        if len(members) < 2:
+            continue
+        # NOTE: past 24 operators the search seldom closes a window; its frontier's bound,
+        # reached early, is what it gives, so a tenth of the nodes does
+        budget = nodes if len(members) <= 24 else max(1, nodes // 10)
+        floor = window_floor(problem, members, closing[j - 1] if j > 0 else -1, closing[j], budget)
+        if floor is not None:
+            out[j] = floor
+    return out
+
+
 def closing_key_nodes(problem: ScheduleProblem, graph: Graph, seg: np.ndarray) -> list[int]:
     """The node index of the key node closing each segment (-1 when the last has none)."""
     out = [-1] * (int(seg.max()) + 1)
@@ -192,12 +211,14 @@ def closing_key_nodes(problem: ScheduleProblem, graph: Graph, seg: np.ndarray) -
 
 
 def lower_bound(problem: ScheduleProblem, graph: Graph | None = None,
-                families: tuple[str, ...] = FAMILIES) -> LowerBound:
+                families: tuple[str, ...] = FAMILIES, window_nodes: int = 20_000) -> LowerBound:
     """The makespan lower bound of ``problem`` (see the module docstring).
 
     The window terms and the skip-connection live sets need the ``graph`` the problem was
     built from (without it, every node is its own window-free segment). ``families``
-    keeps a subset of the LP's term families (tests check each one alone).
+    keeps a subset of the LP's term families (tests check each one alone);
+    ``window_nodes`` caps the branch and bound of each key-node window (bound_windows.py;
+    0 leaves that term out). Any cap gives a valid bound; a bigger one a tighter one.
     """
     n = len(problem.nodes)
     if n == 0:
@@ -214,8 +235,10 @@ def lower_bound(problem: ScheduleProblem, graph: Graph | None = None,
     if solve_bound is not None:
         certain, possible = live_sets(problem, seg)
         closing = closing_key_nodes(problem, graph, seg) if graph is not None else [-1]
+        floors = (window_floors(problem, seg, closing, window_nodes)
+                  if graph is not None and "window_search" in families and window_nodes > 0 else {})
         sol = solve_bound(problem, seg, _values(problem), certain, possible, closing, families,
-                          windows=graph is not None)
+                          windows=graph is not None, floors=floors)
         if sol is not None:
             exact = _forced_only(problem, seg if graph is not None else None)
             value = max(sol.pop("M") * (1 - LP_MARGIN), exact.value)

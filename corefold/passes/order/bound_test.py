@@ -91,7 +91,10 @@ def test_every_family_bounds_every_order(seed):
     greedy-residency rows -> this test fails (seeds 6, 30: the bound exceeds the optimum);
     mutation: added ``t[v]`` once more to ``D(v, o)`` -> fails (seeds 6, 23, 24, ...);
     mutation: made every DMA block count its closing key node's store too (``if o !=
-    closing[j] or ...`` -> ``if True``) -> fails (seeds 24, 30, 35, ...).
+    closing[j] or ...`` -> ``if True``) -> fails (seeds 24, 30, 35, ...); mutation: left
+    the DMA unit free at a window's opening when the opening key node is not a DMA
+    operator (bound_windows.py, ``dma_early`` forced False: no prefetch before the window)
+    -> fails (seeds 3, 7, 29, 30, 109, 111).
     """
     g, target = small_case(seed)
     problem = build_problem(g, target)
@@ -128,3 +131,42 @@ def test_the_bound_counts_spills_no_order_avoids():
     assert len(ratios) >= 45
     assert np.median(ratios) < 1.06 < np.median(old)
     assert min(ratios) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", list(range(200, 216)))
+def test_window_floors_never_exceed_a_window(seed):
+    """Every key-node window's branch-and-bound floor (bound_windows.py) is at most that
+    window's length in every order's schedule.
+
+    mutation: dropped ``head[u] = min(head[u], later)`` from bound_windows.py's node
+    bound (the earliest start of kind ``u`` taken over ready operators of kind ``u``
+    only, though a later one may descend from a ready operator of another kind) -> this
+    test fails (seeds 201, 205, 206, ...: a floor above the shortest window).
+    """
+    from corefold.passes.order.bound import closing_key_nodes
+    from corefold.passes.order.bound_windows import window_floor
+    from corefold.passes.order.simulator import schedule
+
+    rng = np.random.default_rng(seed)
+    target = parse_target(TIGHT.format(sram=float(rng.choice([1, 2, 4])), dma=1, vector=int(rng.integers(1, 3))))
+    g = random_mixed_network(int(rng.integers(5, 10)), seed=seed, channels=int(rng.choice([4, 8])), size=8, span=2,
+                             extra_outputs=0)
+    problem = build_problem(g, target)
+    orders = all_orders(problem, 3000)
+    if len(orders) > 3000:
+        pytest.skip("too many orders to enumerate")
+    idx = segment_index(g)
+    seg = np.array([idx[n] for n in problem.nodes])
+    closing = closing_key_nodes(problem, g, seg)
+    floors = {j: window_floor(problem, np.flatnonzero(seg == j), closing[j - 1] if j else -1, closing[j])
+              for j in range(len(closing)) if closing[j] >= 0 and (seg == j).sum() > 1}
+    floors = {j: f for j, f in floors.items() if f is not None}
+    assert floors
+    shortest = {j: np.inf for j in floors}
+    for order in orders:
+        ends = {t.node: t.end for t in schedule(problem, order).tasks if t.what == "compute"}
+        for j in floors:
+            start = ends[problem.nodes[closing[j - 1]].name] if j else 0.0
+            shortest[j] = min(shortest[j], ends[problem.nodes[closing[j]].name] - start)
+    for j, f in floors.items():
+        assert f <= shortest[j] * (1 + 1e-9) + 1e-15, j

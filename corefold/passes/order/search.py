@@ -239,7 +239,8 @@ def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT,
     sched = schedule(problem, best)
     order = [problem.nodes[i] for i in best]
     graph.reorder(order)
-    return OrderResult(graph, order != before_nodes, order, before, best_ms, lower_bound(problem, graph), base_ms,
+    bound = lower_bound(problem, graph, window_nodes=settings.bound_nodes)
+    return OrderResult(graph, order != before_nodes, order, before, best_ms, bound, base_ms,
                        seconds, nseg, nenum, sched, problem, settings, reached)
 
 
