@@ -52,6 +52,10 @@ before the window opens when its first task waits for the opening key node, and 
 node that is the last DMA task of its block (a DMA operator, or one that must load) ends
 its window after its block.
 
+Where the search space is small enough, a window is also solved outright
+(``window_search``, bound_windows.py): by branch and bound over the segment's orders from
+the idle core at the opening key node, which bounds ``W_j - W_{j-1}`` from below.
+
 Every constraint holds for the true 0/1 ``x`` of every order, so the mixed-integer program
 ``min M`` (x binary; HiGHS via scipy, stopped after a fixed number of branch-and-bound
 nodes, taking its dual bound) is a lower bound of every order's makespan. The bound is
@@ -62,7 +66,8 @@ form alone. Tests check every family alone against all orders of small random gr
 
 Cost: one sparse MILP with O(V + E + sum_v |P_v|) variables and rows, plus
 O(m * (E_j + V_j)) per segment of m nodes for the live sets (reachability by boolean
-matrices, segments up to 3000 nodes; bigger ones use only inputs and outputs).
+matrices, segments up to 3000 nodes; bigger ones use only inputs and outputs), plus the
+windows' branch and bound (``window_nodes`` nodes each, O(m deg) per node).
 """
 
 from __future__ import annotations

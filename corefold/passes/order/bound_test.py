@@ -113,7 +113,7 @@ def test_the_bound_counts_spills_no_order_avoids():
     one with forced spills only, and reaches the optimum on some graphs.
 
     mutation: removed the cover rows in bound_lp.py -> this test fails (the median ratio
-    optimum / bound rises from 1.033 to 1.089 on these cases; forced spills only: 1.161).
+    optimum / bound rises from 1.026 to 1.066 on these cases; forced spills only: 1.161).
     """
     ratios, old = [], []
     for seed in CASES:
@@ -129,7 +129,7 @@ def test_the_bound_counts_spills_no_order_avoids():
         ratios.append(best / new.value)
         old.append(best / closed.value)
     assert len(ratios) >= 45
-    assert np.median(ratios) < 1.06 < np.median(old)
+    assert np.median(ratios) < 1.045 < np.median(old)
     assert min(ratios) == pytest.approx(1.0, abs=1e-5)
 
 
