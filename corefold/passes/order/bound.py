@@ -245,18 +245,19 @@ def lower_bound(problem: ScheduleProblem, graph: Graph | None = None,
         sol = solve_bound(problem, seg, _values(problem), certain, possible, closing, families,
                           windows=graph is not None, floors=floors)
         if sol is not None:
-            exact = _forced_only(problem, seg if graph is not None else None)
+            exact = closed_form_bound(problem, seg if graph is not None else None)
             value = max(sol.pop("M") * (1 - LP_MARGIN), exact.value)
             terms = {k: min(v, value) for k, v in sol.items()}
             for k, v in exact.terms.items():  # closed forms are exact: keep them when higher
                 terms[k] = max(terms.get(k, 0.0), v)
             return LowerBound(value, terms)
-    return _forced_only(problem, seg if graph is not None else None)
+    return closed_form_bound(problem, seg if graph is not None else None)
 
 
-def _forced_only(problem: ScheduleProblem, seg: np.ndarray | None) -> LowerBound:
+def closed_form_bound(problem: ScheduleProblem, seg: np.ndarray | None) -> LowerBound:
     """The bound with ``x`` = the forced spills (values bigger than B) only: the LP's terms
-    without the cover constraints, evaluated directly. O(V + E)."""
+    without the cover constraints, evaluated directly (segment numbers ``seg`` for the
+    window term; None leaves it out). O(V + E)."""
     n = len(problem.nodes)
     vals = _values(problem)
     c, e, s = problem.duration, problem.external_load, problem.output_store

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from corefold.passes.order import build_problem, lower_bound, simulate
-from corefold.passes.order.bound import FAMILIES, _forced_only
+from corefold.passes.order.bound import FAMILIES, closed_form_bound
 from corefold.passes.order.key_nodes import segment_index
 from corefold.passes.order.random_network import random_mixed_network, random_network
 from corefold.target.load import parse_target
@@ -123,7 +123,7 @@ def test_the_bound_counts_spills_no_order_avoids():
         if best is None:
             continue
         idx = segment_index(g)
-        closed = _forced_only(problem, np.array([idx[n] for n in problem.nodes]))
+        closed = closed_form_bound(problem, np.array([idx[n] for n in problem.nodes]))
         new = lower_bound(problem, g)
         assert new.value >= closed.value * (1 - 1e-12)
         ratios.append(best / new.value)
