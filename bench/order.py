@@ -228,6 +228,7 @@ def exact_reference(targets, names, settings, args) -> list[dict]:
     worst = max((r["segment_ratio"] for r in proven), default=1.0)
     print(f"\nsegments proven optimal: {len(proven)} ({len(solved)} by CP-SAT, {len(proven) - len(solved)} with "
           f"one order); not proven: {sum(r['status'] == 'feasible' for r in out)} feasible, "
+          f"{sum(r['status'] == 'unknown' for r in out)} with no solution in time, "
           f"{sum(r['status'] == 'skipped' for r in out)} over {args.exact_max_ops} ops")
     print(f"goal (corefold at most 1.02x the optimum on every proven segment, per segment increment): "
           f"{'met' if worst <= 1.02 else 'NOT met'}, worst {worst:.4f}")
