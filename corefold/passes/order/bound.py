@@ -52,6 +52,10 @@ before the window opens when its first task waits for the opening key node, and 
 node that is the last DMA task of its block (a DMA operator, or one that must load) ends
 its window after its block.
 
+Where the search space is small enough, a window is also solved outright
+(``window_search``, bound_windows.py): by branch and bound over the segment's orders from
+the idle core at the opening key node, which bounds ``W_j - W_{j-1}`` from below.
+
 Every constraint holds for the true 0/1 ``x`` of every order, so the mixed-integer program
 ``min M`` (x binary; HiGHS via scipy, stopped after a fixed number of branch-and-bound
 nodes, taking its dual bound) is a lower bound of every order's makespan. The bound is
@@ -62,7 +66,8 @@ form alone. Tests check every family alone against all orders of small random gr
 
 Cost: one sparse MILP with O(V + E + sum_v |P_v|) variables and rows, plus
 O(m * (E_j + V_j)) per segment of m nodes for the live sets (reachability by boolean
-matrices, segments up to 3000 nodes; bigger ones use only inputs and outputs).
+matrices, segments up to 3000 nodes; bigger ones use only inputs and outputs), plus the
+windows' branch and bound (``window_nodes`` nodes each, O(m deg) per node).
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ LP_MARGIN = 1e-6
 #: Segments with more nodes use only inputs and outputs in their live sets.
 REACH_LIMIT = 3000
 #: Term families of the LP (``lower_bound(..., families=...)`` keeps a subset, for tests).
-FAMILIES = ("critical_path", "work", "segment_sum", "dma_queue")
+FAMILIES = ("critical_path", "work", "segment_sum", "dma_queue", "window_search")
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,25 @@ def live_sets(problem: ScheduleProblem, seg: np.ndarray) -> tuple[list[np.ndarra
     return certain, possible
 
 
+def window_floors(problem: ScheduleProblem, seg: np.ndarray, closing: list[int], nodes: int) -> dict[int, float]:
+    """Window ``j`` -> a lower bound of its length from bound_windows.py, where it applies
+    (``nodes`` branch-and-bound nodes per window of at most 24 operators, a tenth above)."""
+    from corefold.passes.order.bound_windows import window_floor
+
+    out = {}
+    for j in range(len(closing)):
+        members = np.flatnonzero(seg == j)
+        if len(members) < 2:
+            continue
+        # NOTE: past 24 operators the search seldom closes a window; its frontier's bound,
+        # reached early, is what it gives, so a tenth of the nodes does
+        budget = nodes if len(members) <= 24 else max(1, nodes // 10)
+        floor = window_floor(problem, members, closing[j - 1] if j > 0 else -1, closing[j], budget)
+        if floor is not None:
+            out[j] = floor
+    return out
+
+
 def closing_key_nodes(problem: ScheduleProblem, graph: Graph, seg: np.ndarray) -> list[int]:
     """The node index of the key node closing each segment (-1 when the last has none)."""
     out = [-1] * (int(seg.max()) + 1)
@@ -192,12 +216,14 @@ def closing_key_nodes(problem: ScheduleProblem, graph: Graph, seg: np.ndarray) -
 
 
 def lower_bound(problem: ScheduleProblem, graph: Graph | None = None,
-                families: tuple[str, ...] = FAMILIES) -> LowerBound:
+                families: tuple[str, ...] = FAMILIES, window_nodes: int = 20_000) -> LowerBound:
     """The makespan lower bound of ``problem`` (see the module docstring).
 
     The window terms and the skip-connection live sets need the ``graph`` the problem was
     built from (without it, every node is its own window-free segment). ``families``
-    keeps a subset of the LP's term families (tests check each one alone).
+    keeps a subset of the LP's term families (tests check each one alone);
+    ``window_nodes`` caps the branch and bound of each key-node window (bound_windows.py;
+    0 leaves that term out). Any cap gives a valid bound; a bigger one a tighter one.
     """
     n = len(problem.nodes)
     if n == 0:
@@ -214,21 +240,24 @@ def lower_bound(problem: ScheduleProblem, graph: Graph | None = None,
     if solve_bound is not None:
         certain, possible = live_sets(problem, seg)
         closing = closing_key_nodes(problem, graph, seg) if graph is not None else [-1]
+        floors = (window_floors(problem, seg, closing, window_nodes)
+                  if graph is not None and "window_search" in families and window_nodes > 0 else {})
         sol = solve_bound(problem, seg, _values(problem), certain, possible, closing, families,
-                          windows=graph is not None)
+                          windows=graph is not None, floors=floors)
         if sol is not None:
-            exact = _forced_only(problem, seg if graph is not None else None)
+            exact = closed_form_bound(problem, seg if graph is not None else None)
             value = max(sol.pop("M") * (1 - LP_MARGIN), exact.value)
             terms = {k: min(v, value) for k, v in sol.items()}
             for k, v in exact.terms.items():  # closed forms are exact: keep them when higher
                 terms[k] = max(terms.get(k, 0.0), v)
             return LowerBound(value, terms)
-    return _forced_only(problem, seg if graph is not None else None)
+    return closed_form_bound(problem, seg if graph is not None else None)
 
 
-def _forced_only(problem: ScheduleProblem, seg: np.ndarray | None) -> LowerBound:
+def closed_form_bound(problem: ScheduleProblem, seg: np.ndarray | None) -> LowerBound:
     """The bound with ``x`` = the forced spills (values bigger than B) only: the LP's terms
-    without the cover constraints, evaluated directly. O(V + E)."""
+    without the cover constraints, evaluated directly (segment numbers ``seg`` for the
+    window term; None leaves it out). O(V + E)."""
     n = len(problem.nodes)
     vals = _values(problem)
     c, e, s = problem.duration, problem.external_load, problem.output_store

@@ -74,13 +74,14 @@ class _LP:
 def solve_bound(problem: ScheduleProblem, seg: np.ndarray, vals, certain: list[np.ndarray],
                 possible: list[list[tuple[int, np.ndarray]]], closing: list[int],
                 families: tuple[str, ...], windows: bool, integral: bool = True,
-                detail: dict | None = None) -> dict[str, float] | None:
+                floors: dict[int, float] | None = None, detail: dict | None = None) -> dict[str, float] | None:
     """Solve the bound's LP; return ``M`` and each family's term (seconds), or None when
     HiGHS does not report an optimum.
 
     ``certain[o]``: values live at ``o`` in every order; ``possible[o]``: for each consumed
     output ``v`` of ``o``, the values that may be live when ``v``'s residency is decided;
-    ``closing[j]``: the key node closing segment ``j`` (-1 for none). ``integral`` makes
+    ``closing[j]``: the key node closing segment ``j`` (-1 for none); ``floors[j]``: a
+    lower bound of window ``j``'s length (bound_windows.py). ``integral`` makes
     the spill variables 0/1 (a mixed-integer program; else its LP relaxation). ``detail``, when
     given, receives the spill fractions per value (``x``) and window ends (``W``).
     """
@@ -143,6 +144,7 @@ def solve_bound(problem: ScheduleProblem, seg: np.ndarray, vals, certain: list[n
     out: dict[str, float] = {}
     use_win = "segment_sum" in families and windows
     use_queue = "dma_queue" in families and windows and n_dma == 1
+    use_floors = "window_search" in families and windows and bool(floors)
 
     est0 = -1
     if "critical_path" in families:
@@ -161,12 +163,18 @@ def solve_bound(problem: ScheduleProblem, seg: np.ndarray, vals, certain: list[n
     nseg = int(seg.max()) + 1
     members = [np.flatnonzero(seg == j) for j in range(nseg)]
     w0 = -1
-    if use_win or use_queue:
+    if use_win or use_queue or use_floors:
         w0 = lp.var(nseg)  # W_j: end of window j (the end of its closing key node)
         lp.row([w0 + nseg - 1, mi], [1.0, -1.0], 0.0)
+        for j in range(1, nseg):
+            lp.row([w0 + j - 1, w0 + j], [1.0, -1.0], 0.0)
 
     def prev_w(j: int) -> int:
         return w0 + j - 1 if j > 0 else -1
+
+    if use_floors:
+        for j, floor in floors.items():
+            lp.row([prev_w(j), w0 + j], [1.0, -1.0], -floor / ref)
 
     if use_win:
         last = nseg - 1
@@ -224,7 +232,8 @@ def solve_bound(problem: ScheduleProblem, seg: np.ndarray, vals, certain: list[n
             w = work[k] / ref + (float(e.sum() + s.sum() + cost[consumed] @ xs) if k == "dma" else 0.0)
             out[f"work_{k}"] = w / float(kind_count[i]) * ref
     if w0 >= 0:
-        out["segment_sum" if use_win else "dma_queue"] = float(x[w0 + nseg - 1]) * ref
+        name = "segment_sum" if use_win else "dma_queue" if use_queue else "window_search"
+        out[name] = float(x[w0 + nseg - 1]) * ref
     if detail is not None:
         detail["x"] = {int(v): float(x[xi[v]]) for v in consumed}
         detail["W"] = x[w0:w0 + nseg] * ref if w0 >= 0 else None

@@ -43,7 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corefold.passes.order.simulator import DMA, ScheduleProblem, copy_state, run_order
+from corefold.passes.order.simulator import (
+    DMA,
+    ScheduleProblem,
+    copy_state,
+    run_order,
+    run_recorded,
+)
 
 
 @dataclass(frozen=True)
@@ -478,12 +484,22 @@ class _SegmentModel:
         self.m.Minimize(self.makespan)
 
     def hint(self, order: np.ndarray) -> None:
+        """Hint ``order``'s whole schedule: positions, residency and task starts."""
+        order = np.asarray(order, np.int64)
         for k, o in enumerate(order):
             self.m.AddHint(self.pos[int(o)], k)
         state = copy_state(self.state)
-        run_order(self.problem.arrays, state, np.asarray(order, np.int64))
+        rec = np.zeros((len(order), 9))
+        run_recorded(self.problem.arrays, state, order, rec)
         for v, lit in self.res.items():
             self.m.AddHint(lit, bool(state[2][v] == 1))
+        for k, o in enumerate(order):
+            o = int(o)
+            self.m.AddHint(self.C[o][0], self.t(rec[k, 1]))
+            if o in self.L and rec[k, 3] >= 0:
+                self.m.AddHint(self.L[o][0], self.t(rec[k, 4]))
+            if o in self.S and rec[k, 6] >= 0:
+                self.m.AddHint(self.S[o][0], self.t(rec[k, 7]))
 
     def fix_order(self, order: np.ndarray) -> None:
         for k, o in enumerate(order):

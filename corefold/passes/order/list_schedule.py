@@ -14,8 +14,9 @@ from corefold.passes.order.simulator import earliest_slot, run_order, score, ste
 
 
 @njit(cache=True)
-def _start_time(P, S, i):
-    """When node i would start if issued now (read-only twin of ``step``'s first half)."""
+def start_time(P, S, i):
+    """When node i would start if issued now (read-only twin of ``step``'s first half); issuing
+    other nodes first never makes it earlier, so it bounds every continuation from below."""
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
      ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
     free, ready, resident, remaining, end, scal = S
@@ -72,11 +73,11 @@ def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ
         best = 0
         best_start = 0.0
         if greedy:
-            best_start = _start_time(P, S, ready[0])
+            best_start = start_time(P, S, ready[0])
         for r in range(1, nready):
             i = ready[r]
             if greedy:
-                st = _start_time(P, S, i)
+                st = start_time(P, S, i)
                 if st < best_start or (st == best_start and prio[i] > prio[ready[best]]):
                     best, best_start = r, st
             elif prio[i] > prio[ready[best]]:

@@ -89,11 +89,12 @@ def random_network(n: int = 32, *, k: int = 4, p: float = 0.75, seed: int = 0, c
 
 
 def random_mixed_network(n: int = 8, *, seed: int = 0, channels: int = 8, size: int = 8,
-                         extra_outputs: int = 1, ctrl_edges: int = 0) -> Graph:
+                         extra_outputs: int = 1, ctrl_edges: int = 0, span: int = 4) -> Graph:
     """A random DAG of ``n`` blocks mixing every unit kind and a multi-output node, for tests
     of the simulator, the bound and the exact reference.
 
-    Block ``i`` reads one or two earlier blocks' outputs (or the input) and is one of:
+    Block ``i`` reads one or two of the ``span`` previous blocks' outputs (or the input; a
+    small ``span`` gives a chain of short fork-joins, hence many key nodes) and is one of:
     ``Relu``; ``Add`` of two; a 3x3 or 1x1 ``Conv``; ``Concat`` of two on channels (a DMA
     operator) then a 1x1 ``Conv`` back to ``channels``; ``Split`` into two channel halves
     (two outputs), ``Relu`` on one, ``Concat`` back. Every block output has shape
@@ -118,7 +119,7 @@ def random_mixed_network(n: int = 8, *, seed: int = 0, channels: int = 8, size: 
     def pick() -> Value:
         if not outs or rng.random() < 0.15:
             return x
-        j = int(rng.integers(max(0, len(outs) - 4), len(outs)))
+        j = int(rng.integers(max(0, len(outs) - span), len(outs)))
         read[j] = True
         return outs[j]
 

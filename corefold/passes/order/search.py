@@ -32,7 +32,7 @@ otherwise; the budget caps the sampled and local-search work.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -109,6 +109,7 @@ class OrderResult:
             "modified": self.modified,
             "target_makespan": self.settings.target_makespan,
             "reached_target": self.reached_target,
+            "settings": asdict(self.settings),
         }
 
 
@@ -238,7 +239,8 @@ def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT,
     sched = schedule(problem, best)
     order = [problem.nodes[i] for i in best]
     graph.reorder(order)
-    return OrderResult(graph, order != before_nodes, order, before, best_ms, lower_bound(problem, graph), base_ms,
+    bound = lower_bound(problem, graph, window_nodes=settings.bound_nodes)
+    return OrderResult(graph, order != before_nodes, order, before, best_ms, bound, base_ms,
                        seconds, nseg, nenum, sched, problem, settings, reached)
 
 

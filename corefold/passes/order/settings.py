@@ -44,6 +44,9 @@ class OrderSettings:
             list schedules, and return the best whole-graph baseline (file order,
             ready-first, critical path, greedy) when it beats the search, so the result
             is never worse than any of them.
+        bound_nodes: branch-and-bound nodes per key-node window spent on the lower bound
+            reported beside the result (bound.py's window term; 0 leaves it out). It
+            changes the bound, never the order.
         target_makespan: stop rule [002 §76]: seconds of simulated makespan; the search
             stops as soon as a complete order reaches it (checked after the baselines,
             after each segment, whose prefix is completed by a critical-path list
@@ -60,12 +63,15 @@ class OrderSettings:
     beam_width: int = 64
     local_search: bool = True
     baselines: bool = True
+    bound_nodes: int = 20_000
     target_makespan: float | None = None
 
     #: Field values that differ from the defaults, per preset (see corefold.settings).
     PRESETS: ClassVar[dict[str, dict]] = {
-        "fast": {"budget_seconds": 1.0, "exhaustive_limit": 200, "samples": 16, "beam_width": 16},
-        "strong": {"budget_seconds": 30.0, "exhaustive_limit": 20000, "samples": 256, "beam_width": 256},
+        "fast": {"budget_seconds": 1.0, "exhaustive_limit": 200, "samples": 16, "beam_width": 16,
+                 "bound_nodes": 2000},
+        "strong": {"budget_seconds": 30.0, "exhaustive_limit": 20000, "samples": 256, "beam_width": 256,
+                   "bound_nodes": 500_000},
         # SPEC M3 §4 as the seed says it: enumerate, else sample at random; keep the fastest
         "seed": {"samples": 256, "sampling": "random", "beam_width": 0, "local_search": False,
                  "baselines": False},
@@ -89,6 +95,7 @@ class OrderSettings:
         need(self.sampling in ("priority", "random"), "sampling", "'priority' or 'random'")
         need(self.spread >= 0, "spread", ">= 0")
         need(self.beam_width >= 0, "beam_width", ">= 0")
+        need(self.bound_nodes >= 0, "bound_nodes", ">= 0")
         need(self.target_makespan is None or self.target_makespan >= 0, "target_makespan", "None or >= 0 seconds")
         return self
 
