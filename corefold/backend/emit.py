@@ -2,7 +2,7 @@
 
 * **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
   spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
-  (:func:`~corefold.backend.plan.allocate`), spilling more while the allocation overflows.
+  (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
   DRAM regions go to the channel attached nearest to the core that uses them.
 * **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
   route between the core and its region's channel router
@@ -21,6 +21,7 @@ Cost: O(B^2) per core for the buffer overlaps, O(I * deps) for the instructions.
 
 from __future__ import annotations
 
+from corefold.backend.alloc import allocate, overflow_limits
 from corefold.backend.executable import (
     Buffer,
     Compute,
@@ -40,7 +41,7 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.plan import Plan, _aligned, allocate, lifetimes, overflow_limits, spill
+from corefold.backend.plan import Plan, aligned, lifetimes, spill
 from corefold.errors import CompileError
 from corefold.target import Target
 
@@ -59,7 +60,7 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
             buf = plan.buffers[b]
             if buf.kind == "weight":
                 buf.offset = top
-                top += _aligned(buf.nbytes)
+                top += aligned(buf.nbytes)
         weights[core] = top
         if top > cap:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
@@ -107,7 +108,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         ch = _nearest_channel(target, core)
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
-        bump[ch] = off + _aligned(max(nbytes, 1))
+        bump[ch] = off + aligned(max(nbytes, 1))
         kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
                 "staged": "staging"}[key[0]]
         region_id[key] = len(regions)
@@ -118,7 +119,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
             p = lg.phys[ph]
             ch = _nearest_channel(target, target.host_router)
             off = bump.get(ch, 0)
-            bump[ch] = off + _aligned(max(p.nbytes, 1))
+            bump[ch] = off + aligned(max(p.nbytes, 1))
             region_id[key] = len(regions)
             regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name))
 

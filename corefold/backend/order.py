@@ -22,12 +22,12 @@ import numpy as np
 
 from corefold.backend.executable import Core
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.place import Clustering, _edges
+from corefold.backend.place import Clustering, node_edges
 from corefold.target import Target
 
 
 def _predecessors(lg: LoweredGraph) -> list[list[int]]:
-    return [list(e) for e in _edges(lg)]
+    return [list(e) for e in node_edges(lg)]
 
 
 def _global_order(n: int, preds: list[list[int]], chains: list[list[int]], start: np.ndarray) -> list[int] | None:

@@ -62,7 +62,7 @@ class Clustering:
     makespan: float
 
 
-def _edges(lg: LoweredGraph) -> list[dict[int, float]]:
+def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
     """Per task: producer task -> bytes it reads from it."""
     out: list[dict[int, float]] = []
     for t in lg.tasks:
@@ -148,7 +148,7 @@ class _Clusterer:
         self.dram_free = 0.0
         self.reserved = 0
         self.readers_left = [0] * n
-        for e in _edges(lg):
+        for e in node_edges(lg):
             for p in e:
                 self.readers_left[p] += 1
 
@@ -242,7 +242,7 @@ class _Clusterer:
 
     def run(self) -> Clustering:
         lg, cap = self.lg, self.cap
-        edges = _edges(lg)
+        edges = node_edges(lg)
         total_work = sum(t.seconds for t in lg.tasks) or 1.0
         done_work = 0.0
         const_users: dict[int, int] = {}
