@@ -24,10 +24,10 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         UnsupportedOpError: no kernel for the operator.
     """
     if op.quant is None:
-        from corefold.executor.registry import load_all
+        from corefold import ops
 
-        fn = load_all().get(op.op_type)
-        if fn is None:
+        fn = ops.get(op.op_type, where=f"op '{op.name}'").kernel
+        if not callable(fn):
             raise UnsupportedOpError(f"op '{op.name}': no kernel for operator {op.op_type}")
         return [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
     hit = _CACHE.get(id(op))

@@ -171,9 +171,6 @@ class _Builder:
         self.operand: dict[int, Operand] = {}
         self.task_of_node: dict[Node, int] = {}
         self.last_task: dict[Node, list[int]] = {}
-        from corefold.executor.registry import load_all
-
-        self.kernels = load_all()
 
     def new_phys(self, name: str, shape, dtype, kind: str, **kw) -> Operand:
         p = Phys(len(self.phys), name, tuple(int(d) for d in shape), np.dtype(dtype), kind, **kw)
@@ -253,8 +250,10 @@ class _Builder:
         return sorted(out)
 
     def fold(self, node: Node) -> None:
-        fn = self.kernels.get(node.op_type)
-        if fn is None:
+        from corefold import ops
+
+        fn = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").kernel
+        if not callable(fn):
             raise UnsupportedOpError(f"node '{node.name}': no kernel for operator {node.op_type}")
         res = fn(node.attrs, [v.const if v is not None else None for v in node.inputs])
         for v, r in zip(node.outputs, res, strict=False):

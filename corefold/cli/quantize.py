@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from corefold.cli.common import add_shape_argument, atomic_output, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    atomic_output,
+    check_outputs,
+    shape_bindings,
+    value_bindings,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,13 +45,15 @@ def run(args: argparse.Namespace) -> int:
     from corefold.frontend.onnx import load_model, save_model
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
 
+    check_outputs([("-o", args.output), ("-o (its .json)", str(Path(args.output).with_suffix(".json")))],
+                  inputs=[args.model, args.calib])
     settings = QuantizeSettings(bits=args.bits, weight_bits=args.weight_bits, per_channel=args.per_channel,
                                 calibration=args.calibration, percentile=args.percentile,
                                 unsigned_rule=not args.symmetric_only, target_sqnr_db=args.target_sqnr,
                                 engine=args.engine, max_batches=args.max_batches,
                                 quantize_outputs=not args.float_outputs,
                                 weight_rounding=args.weight_rounding).checked()
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     data = load_calibration(args.calib, graph)
     result = quantize_graph(graph, data, settings, progress=not args.quiet)
     out = str(args.output)

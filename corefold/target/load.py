@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -184,6 +185,8 @@ class _Reader:
             node = float(node)
         if not isinstance(node, typ) or isinstance(node, bool):
             raise TargetError(f"target {self.origin}: key '{dotted}' must be {typ.__name__}, got {node!r}")
+        if typ is float and not math.isfinite(node):
+            raise TargetError(f"target {self.origin}: key '{dotted}' must be a finite number, got {node!r}")
         if positive and not node > 0:
             raise TargetError(f"target {self.origin}: key '{dotted}' must be positive, got {node!r}")
         if minimum is not None and node < minimum:

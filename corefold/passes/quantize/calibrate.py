@@ -23,6 +23,7 @@ from typing import Iterator
 import numpy as np
 
 from corefold.errors import DataError
+from corefold.executor import Interpreter
 from corefold.ir import Graph
 
 CALIBRATION_METHODS = ("minmax", "percentile", "mse")
@@ -249,16 +250,49 @@ def collect_statistics(graph: Graph, data: CalibrationSet, names: list[str], *, 
 
     stats = {n: TensorStats() for n in names}
     extra = [n for n in (observer.tensor_names if observer is not None else []) if n not in stats]
-    runner = make_runner(graph, list(names) + extra, engine)
     total = data.num_batches if limit is None else min(limit, data.num_batches)
-    for feeds in tqdm(data.batches(limit), total=total, desc="calibrating", unit="batch",
-                      disable=not progress, leave=False):
+    batches = tqdm(data.batches(limit), total=total, desc="calibrating", unit="batch", disable=not progress,
+                   leave=False)
+    if engine == "corefold":
+        # the one interpreter, observing each value as it is produced: only the live set is held
+        watcher = _Observer(graph, stats, set(observer.tensor_names) if observer is not None else set())
+        for feeds in batches:
+            seen = watcher.observe(feeds)
+            if observer is not None:
+                observer.add(seen)
+        return stats
+    runner = make_runner(graph, list(names) + extra, engine)
+    for feeds in batches:
         values = runner(feeds)
         for name in names:
             stats[name].add(values[name])
         if observer is not None:
             observer.add(values)
     return stats
+
+
+class _Observer(Interpreter):
+    """Updates the statistics of the watched values as the interpreter produces them, and
+    keeps the ``keep`` values (for an observer such as GPTQ's Hessians) of the current batch."""
+
+    def __init__(self, graph: Graph, stats: dict[str, TensorStats], keep: set[str]):
+        super().__init__(graph)
+        self.stats = stats
+        self.keep = keep
+        self.seen: dict[str, np.ndarray] = {}
+
+    def on_value(self, value, array: np.ndarray) -> np.ndarray:
+        s = self.stats.get(value.name)
+        if s is not None:
+            s.add(array)
+        if value.name in self.keep:
+            self.seen[value.name] = array
+        return array
+
+    def observe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.seen = {}
+        self.run(feeds)
+        return self.seen
 
 
 def make_runner(graph: Graph, names: list[str], engine: str):

@@ -12,7 +12,9 @@ Pattern -> replacement, per tensor ``t`` with parameters ``p``:
 Zero points are always 0 of the integer type (uint8/int8, uint16/int16, uint4/int4).
 
 What is quantized (:func:`select_tensors`): every float input and output of a node whose
-op is in :data:`QUANTIZABLE_OPS`, except
+operator the table marks ``compute`` or ``movement`` (``corefold.ops``, facet ``quant``),
+except its parameter inputs (shapes, indices, scales, sizes, bounds: facet
+``param_inputs``, never quantized) and
 
 * a pre-activation tensor whose only reader is ReLU / Clip(min >= 0) (the seed's fused
   conv + activation): only the activation's output is stored, so it is unsigned;
@@ -31,7 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corefold import ops
 from corefold.ir import Graph, Node, Value
+from corefold.ir.shapes import infer_node
 from corefold.passes.quantize.calibrate import TensorStats, clip_magnitude
 from corefold.passes.quantize.params import (
     SYMMETRIC,
@@ -45,26 +49,24 @@ from corefold.passes.quantize.params import (
 )
 from corefold.passes.quantize.ranges import Interval
 
-#: ops whose float inputs and outputs are quantized
-QUANTIZABLE_OPS = frozenset({
-    "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Concat", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Relu", "Clip", "LeakyRelu", "Sigmoid",
-    "HardSigmoid", "HardSwish", "Tanh", "Softmax", "Resize", "Reshape", "Transpose", "Flatten",
-    "Squeeze", "Unsqueeze", "Split", "Slice", "Gather", "Pad", "LayerNormalization",
-    "BatchNormalization", "InstanceNormalization", "Erf", "Gelu", "ReduceMean", "Where", "Expand",
-    "Sqrt", "Pow", "Tile", "DepthToSpace", "SpaceToDepth", "Identity", "Max", "Min"})
-#: ops whose output is a rearrangement (or max) of their first input's values
-PASS_THROUGH_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-                              "MaxPool", "GlobalMaxPool", "Slice", "Split", "Expand", "Tile",
-                              "DepthToSpace", "SpaceToDepth", "Gather"})
-#: weight input index -> per-channel axis function, per op
-_WEIGHT_AXIS = {
-    "Conv": {1: lambda n, w: 0},
-    "ConvTranspose": {1: lambda n, w: 1},
-    "Gemm": {1: lambda n, w: 0 if n.attrs.get("transB", 0) else 1},
-    "MatMul": {1: lambda n, w: w.ndim - 1},
-}
-_BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+
+def quant_of(node: Node) -> ops.Quant | None:
+    """The table's quantization facet of ``node`` (None: the operator has none)."""
+    q = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").quant
+    return q if isinstance(q, ops.Quant) else None
+
+
+def quantizable(node: Node) -> bool:
+    """Whether M5 quantizes around ``node`` (role compute or movement)."""
+    q = quant_of(node)
+    return q is not None and q.role in (ops.COMPUTE, ops.MOVEMENT)
+
+
+def param_inputs(node: Node) -> tuple[int, ...]:
+    p = ops.get(node.op_type, node.domain).param_inputs
+    return p if isinstance(p, tuple) else ()
+
+
 #: how far below its maximum a Softmax input may be clipped without changing the result
 SOFTMAX_MARGIN = 20.0
 
@@ -101,8 +103,8 @@ def _fused_activation(v: Value, graph_outputs: set[Value]) -> Node | None:
     if v in graph_outputs or v.producer is None:
         return None
     readers = v.consumers()
-    if len(readers) != 1 or v.producer.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add",
-                                                       "BatchNormalization", "InstanceNormalization"):
+    q = quant_of(v.producer)
+    if len(readers) != 1 or q is None or not q.fuses_activation:
         return None
     r = readers[0]
     if r.op_type == "Relu":
@@ -140,16 +142,18 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
 
     acts: dict[str, None] = {}
     for node in graph.topological_order():
-        if node.op_type not in QUANTIZABLE_OPS or node.domain:
+        if not quantizable(node):
             continue
+        q = quant_of(node)
+        params = param_inputs(node)
         for i, v in enumerate(node.inputs):
-            if not _is_float(v):
+            if not _is_float(v) or i in params:
                 continue
             if v.const is not None:
-                if node.op_type in _BIAS and i == _BIAS[node.op_type]:
+                if q.bias is not None and i == q.bias:
                     continue  # handled below once x and w are known
-                axis_fn = _WEIGHT_AXIS.get(node.op_type, {}).get(i)
-                axis = axis_fn(node, v.const) if (axis_fn and per_channel and v.const.ndim >= 2) else None
+                axis_fn = q.weights.get(i)
+                axis = axis_fn(node.attrs, v.const.shape) if (axis_fn and per_channel and v.const.ndim >= 2) else None
                 if v.name in sel.weights and sel.weights[v.name] != axis:
                     axis = None  # read by two ops wanting different axes: per tensor
                 sel.weights[v.name] = axis
@@ -170,9 +174,9 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
                 sel.skipped[v.name] = "graph output: dequantized from the accumulator, not rounded to n bits"
                 continue
             acts[v.name] = None
-            if node.op_type in PASS_THROUGH_OPS and _is_float(node.inputs[0]) and node.inputs[0].const is None:
+            if q.role == ops.MOVEMENT and _is_float(node.inputs[0]) and node.inputs[0].const is None:
                 tie(node.inputs[0].name, v.name)
-            if node.op_type == "Concat":
+            if q.ties_inputs:
                 for x in node.inputs:
                     if _is_float(x) and x.const is None:
                         tie(v.name, x.name)
@@ -181,7 +185,7 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
         # before the move (ONNX Runtime's QDQ propagation mis-types such a pair): keep the
         # chain feeding the output float too
         for v in graph.outputs:
-            while v.producer is not None and v.producer.op_type in PASS_THROUGH_OPS:
+            while v.producer is not None and (quant_of(v.producer) or ops.Quant(ops.FLOAT)).role == ops.MOVEMENT:
                 src = v.producer.inputs[0]
                 if not _is_float(src) or src.const is not None or len(src.consumers()) != 1 or src in outs:
                     break
@@ -199,7 +203,8 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
     for t in sel.activations:
         sel.groups[t] = find(t)
     for node in graph.nodes:
-        bi = _BIAS.get(node.op_type)
+        q = quant_of(node)
+        bi = q.bias if q is not None and quantizable(node) else None
         if bi is None or len(node.inputs) <= bi:
             continue
         b, x, w = node.inputs[bi], node.inputs[0], node.inputs[1]
@@ -208,7 +213,7 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
             sel.biases[b.name] = (x.name, w.name)
     if not sel.activations and not sel.weights:
         raise QuantizeError(f"model '{graph.name}' has nothing to quantize: no float tensor is read or "
-                            f"written by a quantizable operator ({', '.join(sorted(QUANTIZABLE_OPS)[:6])}, ...)")
+                            f"written by a quantizable operator (Conv, MatMul, Gemm, Add, ...)")
     return sel
 
 
@@ -295,7 +300,7 @@ def insert_qdq(graph: Graph, plan: dict[str, QuantParams]) -> Graph:
             readers = v.uses()
             dq = graph.make_node("DequantizeLinear", [qv, scale, zp], attrs, name=f"{name}_dequantize",
                                  output_names=[f"{name}_dequantized"])
-            dq.outputs[0].shape, dq.outputs[0].dtype = v.shape, np.dtype(np.float32)
+            infer_node(dq)
             for u in readers:
                 u.node.replace_input(u.index, dq.outputs[0])
             continue
@@ -303,10 +308,10 @@ def insert_qdq(graph: Graph, plan: dict[str, QuantParams]) -> Graph:
         readers = v.uses()
         qn = graph.make_node("QuantizeLinear", [v, scale, zp], attrs, name=f"{name}_quantize",
                              output_names=[f"{name}_quantized"])
-        qn.outputs[0].shape, qn.outputs[0].dtype = v.shape, p.dtype
+        infer_node(qn)
         dq = graph.make_node("DequantizeLinear", [qn.outputs[0], scale, zp], attrs, name=f"{name}_dequantize",
                              output_names=[f"{name}_dequantized"])
-        dq.outputs[0].shape, dq.outputs[0].dtype = v.shape, v.dtype
+        infer_node(dq)
         for u in readers:
             u.node.replace_input(u.index, dq.outputs[0])
         if v in graph.outputs:
@@ -330,5 +335,5 @@ def plan_to_json(plan: dict[str, QuantParams], sel: Selection) -> dict:
             "modes": {m: sum(1 for p in plan.values() if p.mode == m and p.bits != 32) for m in (UNSIGNED, SYMMETRIC)}}
 
 
-__all__ = ["QUANTIZABLE_OPS", "Selection", "select_tensors", "PlanSettings", "make_plan", "insert_qdq",
+__all__ = ["quantizable", "quant_of", "Selection", "select_tensors", "PlanSettings", "make_plan", "insert_qdq",
            "plan_to_json", "QuantizeError"]

@@ -72,7 +72,12 @@ def test_split_fits_every_op_and_keeps_outputs(threshold):
         np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
 
 
-def test_batch_and_output_channel_splits_are_bit_identical():
+def test_batch_and_output_channel_splits_need_no_partial_sums():
+    """Cutting batch or output channels computes each output element from the same products
+    as the whole operator. The results agree to float32 reassociation only, not bit for bit:
+    BLAS blocks the inner dimension differently for a smaller M or N, and which kernel it
+    picks depends on the CPU (OpenBLAS's SkylakeX kernels differed by 3e-6 relative on an
+    AVX-512 EPYC, Prescott's by 4e-6 here). Hence rtol 1e-5."""
     g = parse(NET)
     _random_weights(g)
     feeds = random_inputs(g, 0)
@@ -82,7 +87,7 @@ def test_batch_and_output_channel_splits_are_bit_identical():
     assert res.splits["conv"] >= 2
     out = run(g, feeds)
     for k in ref:
-        np.testing.assert_array_equal(out[k], ref[k])
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-6)
 
 
 def test_nothing_to_split_changes_nothing():
@@ -92,14 +97,19 @@ def test_nothing_to_split_changes_nothing():
     assert not res.modified and [n.name for n in g.nodes] == before
 
 
-def test_an_op_that_cannot_fit_names_itself_and_its_bytes():
+def test_an_op_that_cannot_fit_names_itself_and_its_bytes(monkeypatch):
+    import dataclasses
+
+    from corefold import ops
+    from corefold.ops.registry import TABLE
+
     g = parse(NET)
     with pytest.raises(CapacityError, match=r"node 'conv' \(Conv\), piece 'conv_part[0-9_part]*', touches \d+ "
                                             r"bytes, above the core memory threshold of 100 bytes"):
         split_graph(g, TARGET, threshold=100)
     g = parse(NET)
-    g.node("soft").op_type = "TopK"  # no rule
-    with pytest.raises(CapacityError, match="no split rule for TopK"):
+    monkeypatch.setitem(TABLE, ("", "Softmax"), dataclasses.replace(ops.get("Softmax"), split=ops.NONE))
+    with pytest.raises(CapacityError, match="no split rule for Softmax"):
         split_graph(g, TARGET, threshold=9_000)
 
 
@@ -132,8 +142,8 @@ node lrn = LRN(g) attrs {"size": 3} -> (l: float32[2, 8, 8, 8])
 node avg = AveragePool(l) attrs {"kernel_shape": [2, 2], "strides": [2, 2]} -> (a: float32[2, 8, 4, 4])
 node rs = Resize(a, _, sc) attrs {"mode": "nearest"} -> (r: float32[2, 8, 8, 8])
 node gap = GlobalAveragePool(r) -> (p: float32[2, 8, 1, 1])
-node flat = Flatten(r) attrs {"axis": 2} -> (f: float32[16, 8])
-node tr = Transpose(f) -> (t: float32[8, 16])
+node flat = Flatten(r) attrs {"axis": 2} -> (f: float32[16, 64])
+node tr = Transpose(f) -> (t: float32[64, 16])
 node fl2 = Reshape(t, shp) -> (t2: float32[24, 16, 1, 1])
 node mm3 = MatMul(u, mw) -> (m: float32[3, 4, 48])
 node soft = LogSoftmax(m) attrs {"axis": 1} -> (s: float32[3, 4, 48])
