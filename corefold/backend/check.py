@@ -175,8 +175,11 @@ def _at_head(ins, c, i, queues, head) -> bool:
     return e is None or queues[(c, e)][head[(c, e)]] == i
 
 
-def run_executable(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_executable(exe: Executable, feeds: dict[str, np.ndarray], trace=None) -> dict[str, np.ndarray]:
     """Run the programs functionally and return the graph outputs (module docstring).
+
+    ``trace(core, index, sram)``, if given, is called after every instruction completes,
+    with the cores' SRAM contents (a dict of byte arrays).
 
     Raises:
         ExecutableError: the programs deadlock.
@@ -230,6 +233,8 @@ def run_executable(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, n
     def complete(c, i):
         nonlocal finished
         finished += 1
+        if trace is not None:
+            trace(c, i, sram)
         ins = progs[c][i]
         e = engine(ins)
         if e is not None:

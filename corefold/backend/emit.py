@@ -2,7 +2,7 @@
 
 * **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
   spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
-  (:func:`~corefold.backend.plan.allocate`), spilling more while the allocation overflows.
+  (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
   DRAM regions go to the channel attached nearest to the core that uses them.
 * **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
   route between the core and its region's channel router
@@ -21,8 +21,8 @@ Cost: O(B^2) per core for the buffer overlaps, O(I * deps) for the instructions.
 
 from __future__ import annotations
 
+from corefold.backend.alloc import allocate, overflow_limits
 from corefold.backend.executable import (
-    ALIGNMENT,
     Buffer,
     Compute,
     Copy,
@@ -41,7 +41,7 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.plan import Plan, aligned, allocate, lifetimes, spill
+from corefold.backend.plan import Plan, aligned, lifetimes, spill
 from corefold.errors import CompileError
 from corefold.target import Target
 
@@ -65,14 +65,13 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
         if top > cap:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
         avail = cap - top
+        limits: dict[int, int] = {}
         for _ in range(64):
-            spill(plan, cp, avail, top)
+            spill(plan, cp, avail, top, limits=limits)
             end = allocate(plan, cp, top, cap)
             if end <= cap:
                 break
-            avail -= max(end - cap, ALIGNMENT)
-            if avail <= 0:
-                raise CompileError("SRAM", f"core ({core[0]},{core[1]})", end, cap, "weights and buffers")
+            overflow_limits(plan, cp, cap, avail, limits)
         else:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", end, cap, "fragmented buffers")
     return weights
@@ -110,7 +109,8 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
         bump[ch] = off + aligned(max(nbytes, 1))
-        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging"}[key[0]]
+        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
+                "staged": "staging"}[key[0]]
         region_id[key] = len(regions)
         regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
     for ph in lg.inputs:  # an input nobody reads still has its region

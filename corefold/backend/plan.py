@@ -15,8 +15,8 @@ position is a task's place in one global topological order:
 Buffers: one resident buffer per (core, constant) from address 0; one per task output;
 one per assembled input (shared by the tasks of a core that read the same pieces). An
 activation buffer lives from its first to its last event; offsets come from
-:func:`allocate` (largest first, lowest free address among the buffers whose lifetimes
-overlap). When the live bytes exceed the SRAM left by the weights, :func:`spill` stores
+:func:`~corefold.backend.alloc.allocate` (lowest free address among the buffers whose lifetimes
+overlap, :mod:`.alloc`). When the live bytes exceed the SRAM left by the weights, :func:`spill` stores
 the live buffer whose next use is farthest (Belady) to DRAM after its last use before the
 peak and reloads it before its next use, until the peak fits.
 
@@ -34,6 +34,9 @@ from corefold.backend.boxes import Piece, Shape, prod
 from corefold.backend.executable import ALIGNMENT, Core
 from corefold.backend.lgraph import LoweredGraph, Operand
 from corefold.errors import CompileError
+
+#: In-place concatenation only for a piece read by nothing else, computed right before.
+STRICT_ALIAS = True
 
 #: A view of a planned buffer: (buffer id, shape, start, extent).
 BView = tuple[int, Shape, Shape, Shape]
@@ -102,8 +105,9 @@ class Planner:
     """Builds the events and buffers of every core (module docstring)."""
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
-                 threshold: int):
+                 threshold: int, sram: int | None = None):
         self.threshold = threshold
+        self.sram = sram if sram is not None else threshold
         self.lg = lg
         self.core_of = core_of_task
         self.pos = position
@@ -116,6 +120,8 @@ class Planner:
         self.regions: dict[tuple, tuple[Shape, np.dtype, str, Core]] = {}
         self.tags = 0
         self.seq = 0
+        self.writers: dict[tuple, dict[Core, list[Event]]] = {}
+        self.signals: dict[tuple, int] = {}
 
     def buffer(self, core: Core, shape: Shape, dtype: np.dtype, kind: str, name: str, phys: int | None = None) -> int:
         b = PBuffer(len(self.buffers), core, tuple(shape), np.dtype(dtype), kind, name, phys)
@@ -182,6 +188,11 @@ class Planner:
                 self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
                 self.add(core, Event((at, 0), "load", writes=[dst], region=("input", p.phys),
                                      region_view=_piece_view(p)))
+            elif ph.kind == "staged":
+                waits = [self.add(core, Event((at, 0), "wait", peer=w, tag=self.signal(w, core, p.phys)))
+                         for w in self.write_region(("staged", p.phys), ph.source, ph.name)]
+                self.add(core, Event((at, 0), "load", writes=[dst], region=("staged", p.phys),
+                                     region_view=_piece_view(p), after=waits))
             else:
                 src_core = self.core_of[ph.task]
                 tag = self.tags
@@ -193,6 +204,51 @@ class Planner:
                 self.add(src_core, Event((at, 5), "hold", reads=[src], tag=tag))
                 self.add(core, Event((at, 0), "recv", writes=[dst], peer=src_core, tag=tag))
         return (b, o.shape, (0,) * len(o.shape), o.shape)
+
+    def write_region(self, key: tuple, o: Operand, name: str) -> list[Core]:
+        """Store every piece of ``o`` into DRAM region ``key`` (once per region), each from
+        the core that holds it; returns the cores that write it."""
+        if key in self.writers:
+            return list(self.writers[key])
+        lg = self.lg
+        self.region(key, o.shape, o.dtype, name, self.io_core)
+        stores: dict[Core, list[Event]] = {}
+        for p in o.pieces:
+            ph = lg.phys[p.phys]
+            if ph.kind == "op":
+                core, at = self.core_of[ph.task], self.pos[ph.task]
+                src = self.home_view(p)
+            elif ph.kind == "staged":
+                raise CompileError("SRAM", "every core", o.nbytes, self.threshold,
+                                   f"tensor '{name}' is assembled from another tensor assembled in DRAM")
+            else:
+                core, at = self.io_core, len(lg.tasks)
+                if ph.kind == "const":
+                    src = (self.weight(core, p.phys), *_piece_view(p))
+                else:
+                    tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
+                    self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
+                    self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
+                                         region=("input", p.phys), region_view=_piece_view(p)))
+                    src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
+            ev = self.add(core, Event((at, 3), "store", reads=[src], region=key,
+                                      region_view=(o.shape, p.dst_start, p.extent)))
+            stores.setdefault(core, []).append(ev)
+        self.writers[key] = stores
+        return list(stores)
+
+    def signal(self, writer: Core, reader: Core, phys: int) -> int:
+        """The tag of the signal ``writer`` sends ``reader`` once its stores of staged
+        tensor ``phys`` completed (made once per pair)."""
+        key = (writer, reader, phys)
+        if key not in self.signals:
+            stores = self.writers[("staged", phys)][writer]
+            tag = self.tags
+            self.tags += 1
+            last = max(ev.key for ev in stores)
+            self.add(writer, Event((last[0], 4), "signal", peer=reader, tag=tag, after=list(stores)))
+            self.signals[key] = tag
+        return self.signals[key]
 
     def _name(self, o: Operand) -> str:
         names = dict.fromkeys(self.lg.phys[p.phys].name for p in o.pieces)
@@ -206,10 +262,20 @@ class Planner:
         assembles a concatenation that contains it whole (computed in place, no copy)."""
         lg = self.lg
         shapes: dict[int, set] = {}
+        readers: dict[int, int] = {}
         operands = [o for t in lg.tasks for o in t.inputs if o is not None] + [o for _, o in lg.outputs]
+        operands += [ph.source for ph in lg.phys if ph.source is not None]
         for o in operands:
             for p in o.pieces:
                 shapes.setdefault(p.phys, set()).add(p.src_shape)
+            for ph in {p.phys for p in o.pieces}:
+                readers[ph] = readers.get(ph, 0) + 1
+        on_core: dict[Core, list[int]] = {}
+        consts: dict[Core, set[int]] = {}
+        for t in lg.tasks:
+            on_core.setdefault(self.core_of[t.id], []).append(self.pos[t.id])
+            consts.setdefault(self.core_of[t.id], set()).update(lg.consts_of(t))
+        room = {c: min(self.threshold, self.sram - sum(lg.phys[k].nbytes for k in ks)) for c, ks in consts.items()}
         gathered = {t.outputs[0] for t in lg.tasks if t.is_gather}
         for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
             if t.is_gather:
@@ -224,10 +290,14 @@ class Planner:
                 b = self.assembled[key] = self.buffer(core, o.shape, o.dtype, "activation", self._name(o))
                 for p in o.pieces:
                     ph = lg.phys[p.phys]
+                    # NOTE: in place only when it costs no memory: the piece is read by this
+                    # assembly alone, right after it is computed
                     if (ph.kind == "op" and p.phys not in self.home and p.phys not in gathered
-                            and self.core_of[ph.task] == core and self.pos[ph.task] < self.pos[t.id]
+                            and self.core_of[ph.task] == core
+                            and (not STRICT_ALIAS or (readers[p.phys] == 1 and not any(
+                                self.pos[ph.task] < q < self.pos[t.id] for q in on_core[core])))
                             and tuple(p.extent) == ph.shape and shapes[p.phys] == {ph.shape}
-                            and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= self.threshold):
+                            and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= room[core]):
                         self.home[p.phys] = (b, o.shape, p.dst_start, p.extent)
         for t in lg.tasks:
             for ph in t.outputs:
@@ -258,24 +328,7 @@ class Planner:
                     self.add(core, Event((at, 0), "wait", peer=src_core, tag=tag))
                     del sig
         for i, (name, o) in enumerate(lg.outputs):
-            self.region(("output", i), o.shape, o.dtype, name, self.io_core)
-            for p in o.pieces:
-                ph = lg.phys[p.phys]
-                if ph.kind == "op":
-                    core, at = self.core_of[ph.task], self.pos[ph.task]
-                    src = self.home_view(p)
-                else:
-                    core, at = self.io_core, len(lg.tasks)
-                    if ph.kind == "const":
-                        src = (self.weight(core, p.phys), *_piece_view(p))
-                    else:
-                        tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
-                        self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
-                        self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
-                                             region=("input", p.phys), region_view=_piece_view(p)))
-                        src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
-                self.add(core, Event((at, 3), "store", reads=[src], region=("output", i),
-                                     region_view=(o.shape, p.dst_start, p.extent)))
+            self.write_region(("output", i), o, name)
         cores: dict[Core, CorePlan] = {}
         for core in sorted(self.events, key=lambda c: (c[1], c[0])):
             evs = sorted(self.events[core], key=lambda e: e.key)
@@ -301,7 +354,14 @@ def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
     return life
 
 
-def _pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray:
+def aligned(n: int) -> int:
+    """``n`` rounded up to :data:`~corefold.backend.executable.ALIGNMENT`."""
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray:
+    """Aligned live bytes at each of the ``n`` events of a core, given ``life`` from
+    :func:`lifetimes`. O(B + n)."""
     delta = np.zeros(n + 1, np.int64)
     for b, (lo, hi) in life.items():
         size = aligned(plan.buffers[b].nbytes)
@@ -310,11 +370,8 @@ def _pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarra
     return np.cumsum(delta)[:n]
 
 
-def aligned(n: int) -> int:
-    return -(-n // ALIGNMENT) * ALIGNMENT
-
-
-def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000) -> int:
+def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000,
+          limits: dict[int, int] | None = None) -> int:
     """Move activation buffers of ``cp`` out of SRAM until its live bytes fit ``avail``;
     return how many moves it took (module docstring).
 
@@ -324,26 +381,32 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
     stored after its last use before the peak and reloaded into a new buffer before its
     next use.
 
+    ``limits`` lowers the bytes allowed at some events (keyed by ``id(event)``), where the
+    allocator found no room at ``avail``.
+
     Raises:
         CompileError: SRAM, when the buffers one event needs at once exceed ``avail``.
     """
     spills = 0
     best_peak, stalled = None, 0
+    limits = limits or {}
     while spills < max_spills:
         life = lifetimes(plan, cp)
         if not life:
             return spills
-        load = _pressure(plan, life, len(cp.events))
-        peak_at = int(np.argmax(load))
-        if load[peak_at] <= avail:
+        load = pressure(plan, life, len(cp.events))
+        cap = np.array([limits.get(id(ev), avail) for ev in cp.events], np.int64)
+        peak_at = int(np.argmax(load - cap))
+        if load[peak_at] <= cap[peak_at]:
             return spills
-        if best_peak is None or load[peak_at] < best_peak:
-            best_peak, stalled = int(load[peak_at]), 0
+        over = int(load[peak_at] - cap[peak_at])
+        if best_peak is None or over < best_peak:
+            best_peak, stalled = over, 0
         else:
             stalled += 1
             if stalled > 8:
-                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", best_peak + weights,
-                                   avail + weights, "weights and the buffers a step needs at once")
+                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
+                                   int(cap[peak_at]) + weights, "weights and the buffers a step needs at once")
         uses: dict[int, list[int]] = {}
         for i, ev in enumerate(cp.events):
             for b in _accesses(ev):
@@ -369,7 +432,7 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
                 best = (score, b, move, before, nxt)
         if best is None:
             raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
-                               avail + weights, "weights and the buffers one step needs")
+                               int(cap[peak_at]) + weights, "weights and the buffers one step needs")
         _, b, move, before, nxt = best
         if move == "stage":
             _stage(plan, cp, b, peak_at)
@@ -449,43 +512,3 @@ def _split_lifetime(plan: Plan, cp: CorePlan, b: int, before: int, after: int) -
             ev.writes = [(nb.id, *v[1:]) if v[0] == b else v for v in ev.writes]
         tail.append(ev)
     cp.events = cp.events[:before + 1] + [store] + cp.events[before + 1:after] + tail
-
-
-def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
-    """Offsets for the activation buffers of ``cp`` in ``[base, limit)``: each at the lowest
-    aligned address free of every buffer whose lifetime overlaps, buffers taken largest
-    first, then (if that overflows) by start and by lifetime; the lowest top wins.
-    Returns the highest end used (may exceed ``limit``: the caller spills more). O(B^2)."""
-    life = lifetimes(plan, cp)
-    size = {b: aligned(plan.buffers[b].nbytes) for b in life}
-    orders = [lambda b: (-size[b], life[b][0], b), lambda b: (life[b][0], -size[b], b),
-              lambda b: (life[b][0] - life[b][1], -size[b], b)]
-    best = None
-    for key in orders:
-        offsets, top = _first_fit(sorted(life, key=key), life, size, base)
-        if best is None or top < best[1]:
-            best = (offsets, top)
-        if top <= limit:
-            break
-    for b, off in best[0].items():
-        plan.buffers[b].offset = off
-    return best[1]
-
-
-def _first_fit(order: list[int], life: dict[int, tuple[int, int]], size: dict[int, int],
-               base: int) -> tuple[dict[int, int], int]:
-    placed: list[tuple[int, int, int, int]] = []  # (lo, hi, offset, end)
-    offsets: dict[int, int] = {}
-    top = base
-    for b in order:
-        lo, hi = life[b]
-        busy = sorted((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2))
-        offset = base
-        for o, e in busy:
-            if offset + size[b] <= o:
-                break
-            offset = max(offset, e)
-        offsets[b] = offset
-        placed.append((lo, hi, offset, offset + size[b]))
-        top = max(top, offset + size[b])
-    return offsets, top
