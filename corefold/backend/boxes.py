@@ -183,21 +183,28 @@ def covers(pieces: tuple[Piece, ...], shape: Shape) -> bool:
 def coalesce(pieces: tuple[Piece, ...]) -> tuple[Piece, ...]:
     """Merge pieces of the same tensor that are adjacent along one axis in both the operand
     and the source (a Concat of consecutive Slices of one tensor is that tensor's box).
-    O(p^2) per merge, p pieces."""
-    out = list(pieces)
-    merged = True
-    while merged:
-        merged = False
-        for i in range(len(out)):
-            for j in range(len(out)):
-                if i != j and _adjacent(out[i], out[j]) is not None:
-                    out[i] = _adjacent(out[i], out[j])
-                    del out[j]
-                    merged = True
-                    break
-            if merged:
-                break
-    return tuple(out)
+    Pieces are grouped by tensor and merged in sorted order until nothing changes:
+    O(p log p) per pass."""
+    groups: dict[tuple, list[Piece]] = {}
+    for p in pieces:
+        groups.setdefault((p.phys, p.src_shape), []).append(p)
+    out: list[Piece] = []
+    for ps in groups.values():
+        changed = len(ps) > 1
+        while changed:
+            changed = False
+            ps = sorted(ps, key=lambda p: p.dst_start)
+            merged = [ps[0]]
+            for p in ps[1:]:
+                m = _adjacent(merged[-1], p)
+                if m is None:
+                    merged.append(p)
+                else:
+                    merged[-1] = m
+                    changed = True
+            ps = merged
+        out.extend(ps)
+    return tuple(sorted(out, key=lambda p: p.dst_start))
 
 
 def _adjacent(a: Piece, b: Piece) -> Piece | None:

@@ -184,7 +184,7 @@ def encode_instruction(ins) -> bytes:
 
 def program_bytes(program: CoreProgram) -> int:
     """Bytes of a core's encoded program: what must fit its instruction memory."""
-    return 8 + sum(len(encode_instruction(i)) for i in program.instructions)
+    return 12 + sum(len(encode_instruction(i)) for i in program.instructions)
 
 
 class _Reader:
@@ -430,6 +430,6 @@ def estimate_program_bytes(lg, cl) -> dict[int, int]:
                 total += 4 + 4 * 2 + 8 + view_bytes(rank)
                 if ph.kind == "op" and int(group[ph.task]) != g:
                     src = int(group[ph.task])
-                    size[src] = size.get(src, 8) + 4 + 4 * 2 + 8 + 2 * view_bytes(rank) + 2 + 16
-        size[g] = size.get(g, 8) + total
+                    size[src] = size.get(src, 12) + 4 + 4 * 2 + 8 + 2 * view_bytes(rank) + 2 + 16
+        size[g] = size.get(g, 12) + total
     return size

@@ -22,7 +22,6 @@ Cost: O(B^2) per core for the buffer overlaps, O(I * deps) for the instructions.
 from __future__ import annotations
 
 from corefold.backend.executable import (
-    ALIGNMENT,
     Buffer,
     Compute,
     Copy,
@@ -41,7 +40,7 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.plan import Plan, _aligned, allocate, lifetimes, spill
+from corefold.backend.plan import Plan, _aligned, allocate, lifetimes, overflow_limits, spill
 from corefold.errors import CompileError
 from corefold.target import Target
 
@@ -65,14 +64,13 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
         if top > cap:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
         avail = cap - top
+        limits: dict[int, int] = {}
         for _ in range(64):
-            spill(plan, cp, avail, top)
+            spill(plan, cp, avail, top, limits=limits)
             end = allocate(plan, cp, top, cap)
             if end <= cap:
                 break
-            avail -= max(end - cap, ALIGNMENT)
-            if avail <= 0:
-                raise CompileError("SRAM", f"core ({core[0]},{core[1]})", end, cap, "weights and buffers")
+            overflow_limits(plan, cp, cap, avail, limits)
         else:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", end, cap, "fragmented buffers")
     return weights
@@ -110,7 +108,8 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
         bump[ch] = off + _aligned(max(nbytes, 1))
-        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging"}[key[0]]
+        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
+                "staged": "staging"}[key[0]]
         region_id[key] = len(regions)
         regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
     for ph in lg.inputs:  # an input nobody reads still has its region

@@ -11,7 +11,9 @@
 * every other operator is a :class:`Task` on one core unit, with an :class:`Op` for the
   executable and its cost (:func:`corefold.cost.op_cost`);
 * a graph input that fits a core is loaded by a gather task, once, and sent on from that
-  core (DRAM bandwidth is shared by the whole chip, the NoC links are not).
+  core (DRAM bandwidth is shared by the whole chip, the NoC links are not); a tensor to
+  materialise that is too big for a core is *staged*: its pieces are stored to DRAM and
+  its readers load their boxes from there.
 
 Physical tensors (:class:`Phys`) are the graph inputs (in DRAM), the constants (resident
 weights of the cores that read them) and the task outputs (in the producing core's SRAM).
@@ -37,8 +39,8 @@ VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", 
 
 @dataclass
 class Phys:
-    """A tensor with storage: a graph input (``kind="input"``), a constant (``"const"``) or a
-    task output (``"op"``)."""
+    """A tensor with storage: a graph input (``kind="input"``), a constant (``"const"``), a
+    task output (``"op"``) or a tensor assembled in DRAM from ``source`` (``"staged"``)."""
 
     id: int
     name: str
@@ -48,6 +50,7 @@ class Phys:
     task: int | None = None
     const: np.ndarray | None = None
     quant: QuantTensor | None = None
+    source: "Operand | None" = None  # kind "staged": assembled in DRAM from these pieces
 
     @property
     def nbytes(self) -> int:
@@ -306,7 +309,11 @@ class _Builder:
         return False
 
     def gather(self, name: str, x: Operand) -> Operand:
-        """A gather task assembling ``x`` into one tensor; its output operand."""
+        """A gather task assembling ``x`` into one tensor; its output operand. A tensor too
+        big for a core is assembled in DRAM instead (kind "staged")."""
+        if x.nbytes > self.target.core_memory_threshold and not (len(x.pieces) == 1
+                                                                  and self.phys[x.pieces[0].phys].kind == "input"):
+            return self.new_phys(f"{name}_staged", x.shape, x.dtype, "staged", source=x)
         tid = len(self.tasks)
         out = self.new_phys(f"{name}_gathered", x.shape, x.dtype, "op", task=tid)
         self.tasks.append(Task(tid, f"{name}_gather", None, [x], [out.pieces[0].phys], "dma", 0.0))

@@ -49,7 +49,7 @@ class LowerSettings:
     seed: int = 0
     placement_effort: int = 1
     order_budget_seconds: float = 1.0
-    acyclic: bool = True
+    acyclic: bool = False
     spread: float = 1.5
 
 
@@ -63,8 +63,19 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     if target.kind != "npu":
         raise CompileError("core count", f"target '{target.name}'", 1, 0,
                            f"a '{target.kind}' target has no cores corefold lowers onto")
-    lg = build(tile(graph, target), target)
-    return lg, cluster(lg, target, settings.acyclic, settings.spread)
+    # NOTE: if the weights do not fit beside the pieces, smaller pieces leave them room
+    error = None
+    threshold = target.core_memory_threshold
+    while threshold >= target.sram_bytes // 8:
+        try:
+            lg = build(tile(graph, target, threshold), target)
+            return lg, cluster(lg, target, settings.acyclic, settings.spread)
+        except CompileError as exc:
+            if exc.resource not in ("SRAM", "core count"):
+                raise
+            error = error or exc
+        threshold //= 2
+    raise error
 
 
 def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
@@ -93,7 +104,7 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
     t = time.perf_counter()
     io_core = min(set(core_of) or {target.host_router},
                   key=lambda c: (abs(c[0] - target.host_router[0]) + abs(c[1] - target.host_router[1]), c[1], c[0]))
-    plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold).run()
+    plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold, target.sram_bytes).run()
     lay_out_memory(plan, target)
     times["plan"] = time.perf_counter() - t
     t = time.perf_counter()

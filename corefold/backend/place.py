@@ -44,6 +44,9 @@ from corefold.target import Target
 #: Hops a transfer is assumed to cross before the groups are placed on the mesh.
 ASSUMED_HOPS = 2.0
 
+#: Groups evaluated per task besides its producers' (all of them when none of these fit).
+CANDIDATES = 12
+
 
 @dataclass
 class Clustering:
@@ -71,6 +74,10 @@ def _edges(lg: LoweredGraph) -> list[dict[int, float]]:
                 ph = lg.phys[p.phys]
                 if ph.kind == "op":
                     e[ph.task] = e.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
+                elif ph.kind == "staged":  # through DRAM: an order, no NoC bytes
+                    for q in ph.source.pieces:
+                        if lg.phys[q.phys].kind == "op":
+                            e.setdefault(lg.phys[q.phys].task, 0.0)
         for c in t.control:
             e.setdefault(c, 0.0)
         out.append(e)
@@ -83,7 +90,7 @@ def _input_bytes(lg: LoweredGraph, t: Task) -> float:
         if o is not None:
             for p in o.pieces:
                 ph = lg.phys[p.phys]
-                if ph.kind == "input":
+                if ph.kind in ("input", "staged"):
                     total += p.elements * ph.dtype.itemsize
     return total
 
@@ -112,7 +119,9 @@ class _Clusterer:
         self.acyclic = acyclic
         self.spread = spread
         self.k_max = len(target.usable_cores)
-        self.cap = target.sram_bytes
+        # NOTE: buffers are 64-byte aligned; keep 1% for the allocator's fragmentation
+        self.cap = int(0.99 * target.sram_bytes)
+        self.wsize = [-(-p.nbytes // 64) * 64 for p in lg.phys]
         self.streams = target.noc_streams_per_core
         # NOTE: a core's traffic leaves and enters over about two of its four links
         self.link = 2 * target.noc_link_bytes_per_cycle * target.clock_hz
@@ -137,6 +146,7 @@ class _Clusterer:
         self.egress: list[float] = []
         self.ingress: list[float] = []
         self.dram_free = 0.0
+        self.reserved = 0
         self.readers_left = [0] * n
         for e in _edges(lg):
             for p in e:
@@ -156,8 +166,15 @@ class _Clusterer:
         self.ingress.append(0.0)
         return g
 
-    def best_group(self, t: Task, cands: list[int], preds: dict[int, float], tc: list[int], ws: int):
-        """(key, group, start) of the candidate where ``t`` finishes first, or None."""
+    def best_group(self, t: Task, cands: list[int], preds: dict[int, float], tc: list[int], ws: int,
+                   remaining_w: int = 0):
+        """(key, group, start) of the candidate where ``t`` finishes first, or None.
+
+        Memory budget: the SRAM the groups reserve (resident weights plus largest working
+        set) plus the weights still to place must stay within 90% of all cores' SRAM; a
+        candidate that would break it is taken only if none keeps it, the one reserving
+        the least then.
+        """
         lg = self.lg
         pred_groups = {int(self.group[p]) for p in preds}
         pmask = 0
@@ -167,34 +184,61 @@ class _Clusterer:
         in_bytes = _input_bytes(lg, t)
         loaded = self.dram_free + in_bytes / self.dram if in_bytes else 0.0
         best = None
+        thrifty = None
+        budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
+        self.rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
         for g in cands:
             local = [p for p in preds if self.group[p] == g]
             remote = [p for p in preds if self.group[p] != g]
             rbytes = sum(preds[p] for p in remote)
             if g >= 0:
                 if self.acyclic and self.reach[g] & pmask & ~(1 << g):
+                    self.rejected["direction"] += 1
                     continue  # g reaches a producer's group: a cycle
-                new_w = sum(lg.phys[c].nbytes for c in tc if c not in self.consts[g])
+                new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
                 mine = sum(preds[p] for p in local)  # held inputs are part of the working set
                 if self.wbytes[g] + new_w + max(self.wsmax[g], ws) + max(0, self.held[g] - mine) > self.cap:
+                    self.rejected["SRAM"] += 1
                     continue
                 if len(self.sources[g] | (pred_groups - {g})) > self.streams:
+                    self.rejected["NoC buffers"] += 1
                     continue
                 ingress = self.ingress[g]
                 unit_free = min(self.free[g][t.unit])
+                delta = new_w + max(0, ws - self.wsmax[g])
             else:
                 if len(pred_groups) > self.streams:
                     continue
                 ingress = 0.0
                 unit_free = 0.0
+                delta = sum(self.wsize[c] for c in tc) + ws
             ready = max([self.end[p] for p in local] + [loaded], default=0.0)
             if remote:
                 ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
             st = max(ready, unit_free)
             key = (st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
-            if best is None or key < best[0]:
+            if delta <= budget and (best is None or key < best[0]):
                 best = (key, g, st)
+            if thrifty is None or (delta, key) < thrifty[0]:
+                thrifty = ((delta, key), g, st)
+        if best is None and thrifty is not None:
+            return (thrifty[0][1], thrifty[1], thrifty[2])
         return best
+
+    def candidates(self, t: Task, preds: dict[int, float]) -> list[int]:
+        """The groups worth trying first: the producers' and the few whose unit of the
+        task's kind frees up first (O(k) with a partial sort, not O(k) evaluations)."""
+        opened = len(self.free)
+        if opened <= CANDIDATES:
+            return list(range(opened))
+        own = {int(self.group[p]) for p in preds}
+        free = np.fromiter((min(f[t.unit]) for f in self.free), np.float64, opened)
+        early = np.argpartition(free, CANDIDATES - 1)[:CANDIDATES]
+        room = np.array(self.wbytes) + np.array(self.wsmax) + np.array(self.held)
+        roomy = np.argpartition(room, CANDIDATES // 2 - 1)[:CANDIDATES // 2]
+        # groups already reserving a large working set take a large one for free
+        reserving = np.argpartition(-np.array(self.wsmax), CANDIDATES // 2 - 1)[:CANDIDATES // 2]
+        return sorted(own | {int(g) for g in early} | {int(g) for g in roomy} | {int(g) for g in reserving})
 
     def run(self) -> Clustering:
         lg, cap = self.lg, self.cap
@@ -205,24 +249,27 @@ class _Clusterer:
         for t in lg.tasks:
             for c in lg.consts_of(t):
                 const_users[c] = const_users.get(c, 0) + 1
-        remaining_w = sum(lg.phys[c].nbytes for c in const_users)
+        remaining_w = sum(self.wsize[c] for c in const_users)
         for t in lg.tasks:
             tc = lg.consts_of(t)
             done_work += t.seconds
             ws = lg.working_bytes(t)
-            own = sum(lg.phys[c].nbytes for c in tc)
+            own = sum(self.wsize[c] for c in tc)
             if own + ws > cap:
                 raise CompileError("SRAM", "every core", own + ws, cap,
                                    f"task '{t.name}' with its weights and working set")
             preds = edges[t.id]
-            own_new = sum(lg.phys[c].nbytes for c in tc if const_users[c] == 1)
+            own_new = sum(self.wsize[c] for c in tc if const_users[c] == 1)
             reserve = int(np.ceil(max(0, remaining_w - own_new) / (0.9 * cap)))
             budget = int(np.ceil(self.k_max * min(1.0, self.spread * done_work / total_work)))
             opened = len(self.free)
             may_open = opened < self.k_max and opened < max(budget, 1) and self.k_max - opened - 1 >= reserve
-            best = self.best_group(t, list(range(opened)) + ([-1] if may_open else []), preds, tc, ws)
+            rest = remaining_w - own_new
+            best = self.best_group(t, self.candidates(t, preds) + ([-1] if may_open else []), preds, tc, ws, rest)
+            if best is None and opened > len(self.candidates(t, preds)):
+                best = self.best_group(t, list(range(opened)) + ([-1] if may_open else []), preds, tc, ws, rest)
             if best is None and not may_open and opened < self.k_max:
-                best = self.best_group(t, [-1], preds, tc, ws)
+                best = self.best_group(t, [-1], preds, tc, ws, rest)
             if best is None:
                 self.fail(t, preds)
             _, g, st = best
@@ -232,7 +279,7 @@ class _Clusterer:
             for c in tc:
                 const_users[c] -= 1
                 if const_users[c] == 0:
-                    remaining_w -= lg.phys[c].nbytes
+                    remaining_w -= self.wsize[c]
         return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
                           float(self.end.max(initial=0.0)))
 
@@ -242,11 +289,13 @@ class _Clusterer:
         self.end[t.id] = st + t.seconds
         units = self.free[g][t.unit]
         units[units.index(min(units))] = self.end[t.id]
+        before = self.wbytes[g] + self.wsmax[g]
         for c in tc:
             if c not in self.consts[g]:
                 self.consts[g].add(c)
-                self.wbytes[g] += self.lg.phys[c].nbytes
+                self.wbytes[g] += self.wsize[c]
         self.wsmax[g] = max(self.wsmax[g], ws)
+        self.reserved += self.wbytes[g] + self.wsmax[g] - before
         in_bytes = _input_bytes(self.lg, t)
         if in_bytes:
             self.dram_free += in_bytes / self.dram
@@ -277,8 +326,9 @@ class _Clusterer:
             raise CompileError("NoC buffers", "every core", len(pred_groups) * target.noc_stream_buffer_bytes,
                                target.noc_buffer_bytes, f"task '{t.name}' reads from {len(pred_groups)} cores")
         need = _cores_needed(self.lg, target)
+        why = ", ".join(f"{v} by {k}" for k, v in self.rejected.items() if v)
         raise CompileError("core count", f"target '{target.name}'", max(need, self.k_max + 1), self.k_max,
-                           f"no core can take task '{t.name}'")
+                           f"no core can take task '{t.name}'" + (f": cores refused {why}" if why else ""))
 
 
 def _connect(reach: list[int], reached_by: list[int], u: int, g: int) -> None:

@@ -35,6 +35,11 @@ from corefold.backend.executable import ALIGNMENT, Core
 from corefold.backend.lgraph import LoweredGraph, Operand
 from corefold.errors import CompileError
 
+STRICT_ALIAS = True
+
+#: Random orders the allocator tries when the deterministic ones overflow.
+RANDOM_ORDERS = 40
+
 #: A view of a planned buffer: (buffer id, shape, start, extent).
 BView = tuple[int, Shape, Shape, Shape]
 
@@ -102,8 +107,9 @@ class Planner:
     """Builds the events and buffers of every core (module docstring)."""
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
-                 threshold: int):
+                 threshold: int, sram: int | None = None):
         self.threshold = threshold
+        self.sram = sram if sram is not None else threshold
         self.lg = lg
         self.core_of = core_of_task
         self.pos = position
@@ -116,6 +122,8 @@ class Planner:
         self.regions: dict[tuple, tuple[Shape, np.dtype, str, Core]] = {}
         self.tags = 0
         self.seq = 0
+        self.writers: dict[tuple, dict[Core, list[Event]]] = {}
+        self.signals: dict[tuple, int] = {}
 
     def buffer(self, core: Core, shape: Shape, dtype: np.dtype, kind: str, name: str, phys: int | None = None) -> int:
         b = PBuffer(len(self.buffers), core, tuple(shape), np.dtype(dtype), kind, name, phys)
@@ -182,6 +190,11 @@ class Planner:
                 self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
                 self.add(core, Event((at, 0), "load", writes=[dst], region=("input", p.phys),
                                      region_view=_piece_view(p)))
+            elif ph.kind == "staged":
+                waits = [self.add(core, Event((at, 0), "wait", peer=w, tag=self.signal(w, core, p.phys)))
+                         for w in self.write_region(("staged", p.phys), ph.source, ph.name)]
+                self.add(core, Event((at, 0), "load", writes=[dst], region=("staged", p.phys),
+                                     region_view=_piece_view(p), after=waits))
             else:
                 src_core = self.core_of[ph.task]
                 tag = self.tags
@@ -193,6 +206,51 @@ class Planner:
                 self.add(src_core, Event((at, 5), "hold", reads=[src], tag=tag))
                 self.add(core, Event((at, 0), "recv", writes=[dst], peer=src_core, tag=tag))
         return (b, o.shape, (0,) * len(o.shape), o.shape)
+
+    def write_region(self, key: tuple, o: Operand, name: str) -> list[Core]:
+        """Store every piece of ``o`` into DRAM region ``key`` (once per region), each from
+        the core that holds it; returns the cores that write it."""
+        if key in self.writers:
+            return list(self.writers[key])
+        lg = self.lg
+        self.region(key, o.shape, o.dtype, name, self.io_core)
+        stores: dict[Core, list[Event]] = {}
+        for p in o.pieces:
+            ph = lg.phys[p.phys]
+            if ph.kind == "op":
+                core, at = self.core_of[ph.task], self.pos[ph.task]
+                src = self.home_view(p)
+            elif ph.kind == "staged":
+                raise CompileError("SRAM", "every core", o.nbytes, self.threshold,
+                                   f"tensor '{name}' is assembled from another tensor assembled in DRAM")
+            else:
+                core, at = self.io_core, len(lg.tasks)
+                if ph.kind == "const":
+                    src = (self.weight(core, p.phys), *_piece_view(p))
+                else:
+                    tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
+                    self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
+                    self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
+                                         region=("input", p.phys), region_view=_piece_view(p)))
+                    src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
+            ev = self.add(core, Event((at, 3), "store", reads=[src], region=key,
+                                      region_view=(o.shape, p.dst_start, p.extent)))
+            stores.setdefault(core, []).append(ev)
+        self.writers[key] = stores
+        return list(stores)
+
+    def signal(self, writer: Core, reader: Core, phys: int) -> int:
+        """The tag of the signal ``writer`` sends ``reader`` once its stores of staged
+        tensor ``phys`` completed (made once per pair)."""
+        key = (writer, reader, phys)
+        if key not in self.signals:
+            stores = self.writers[("staged", phys)][writer]
+            tag = self.tags
+            self.tags += 1
+            last = max(ev.key for ev in stores)
+            self.add(writer, Event((last[0], 4), "signal", peer=reader, tag=tag, after=list(stores)))
+            self.signals[key] = tag
+        return self.signals[key]
 
     def _name(self, o: Operand) -> str:
         names = dict.fromkeys(self.lg.phys[p.phys].name for p in o.pieces)
@@ -206,10 +264,20 @@ class Planner:
         assembles a concatenation that contains it whole (computed in place, no copy)."""
         lg = self.lg
         shapes: dict[int, set] = {}
+        readers: dict[int, int] = {}
         operands = [o for t in lg.tasks for o in t.inputs if o is not None] + [o for _, o in lg.outputs]
+        operands += [ph.source for ph in lg.phys if ph.source is not None]
         for o in operands:
             for p in o.pieces:
                 shapes.setdefault(p.phys, set()).add(p.src_shape)
+            for ph in {p.phys for p in o.pieces}:
+                readers[ph] = readers.get(ph, 0) + 1
+        on_core: dict[Core, list[int]] = {}
+        consts: dict[Core, set[int]] = {}
+        for t in lg.tasks:
+            on_core.setdefault(self.core_of[t.id], []).append(self.pos[t.id])
+            consts.setdefault(self.core_of[t.id], set()).update(lg.consts_of(t))
+        room = {c: min(self.threshold, self.sram - sum(lg.phys[k].nbytes for k in ks)) for c, ks in consts.items()}
         gathered = {t.outputs[0] for t in lg.tasks if t.is_gather}
         for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
             if t.is_gather:
@@ -224,10 +292,14 @@ class Planner:
                 b = self.assembled[key] = self.buffer(core, o.shape, o.dtype, "activation", self._name(o))
                 for p in o.pieces:
                     ph = lg.phys[p.phys]
+                    # NOTE: in place only when it costs no memory: the piece is read by this
+                    # assembly alone, right after it is computed
                     if (ph.kind == "op" and p.phys not in self.home and p.phys not in gathered
-                            and self.core_of[ph.task] == core and self.pos[ph.task] < self.pos[t.id]
+                            and self.core_of[ph.task] == core
+                            and (not STRICT_ALIAS or (readers[p.phys] == 1 and not any(
+                                self.pos[ph.task] < q < self.pos[t.id] for q in on_core[core])))
                             and tuple(p.extent) == ph.shape and shapes[p.phys] == {ph.shape}
-                            and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= self.threshold):
+                            and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= room[core]):
                         self.home[p.phys] = (b, o.shape, p.dst_start, p.extent)
         for t in lg.tasks:
             for ph in t.outputs:
@@ -258,24 +330,7 @@ class Planner:
                     self.add(core, Event((at, 0), "wait", peer=src_core, tag=tag))
                     del sig
         for i, (name, o) in enumerate(lg.outputs):
-            self.region(("output", i), o.shape, o.dtype, name, self.io_core)
-            for p in o.pieces:
-                ph = lg.phys[p.phys]
-                if ph.kind == "op":
-                    core, at = self.core_of[ph.task], self.pos[ph.task]
-                    src = self.home_view(p)
-                else:
-                    core, at = self.io_core, len(lg.tasks)
-                    if ph.kind == "const":
-                        src = (self.weight(core, p.phys), *_piece_view(p))
-                    else:
-                        tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
-                        self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
-                        self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
-                                             region=("input", p.phys), region_view=_piece_view(p)))
-                        src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
-                self.add(core, Event((at, 3), "store", reads=[src], region=("output", i),
-                                     region_view=(o.shape, p.dst_start, p.extent)))
+            self.write_region(("output", i), o, name)
         cores: dict[Core, CorePlan] = {}
         for core in sorted(self.events, key=lambda c: (c[1], c[0])):
             evs = sorted(self.events[core], key=lambda e: e.key)
@@ -314,7 +369,8 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGNMENT) * ALIGNMENT
 
 
-def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000) -> int:
+def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000,
+          limits: dict[int, int] | None = None) -> int:
     """Move activation buffers of ``cp`` out of SRAM until its live bytes fit ``avail``;
     return how many moves it took (module docstring).
 
@@ -324,26 +380,32 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
     stored after its last use before the peak and reloaded into a new buffer before its
     next use.
 
+    ``limits`` lowers the bytes allowed at some events (keyed by ``id(event)``), where the
+    allocator found no room at ``avail``.
+
     Raises:
         CompileError: SRAM, when the buffers one event needs at once exceed ``avail``.
     """
     spills = 0
     best_peak, stalled = None, 0
+    limits = limits or {}
     while spills < max_spills:
         life = lifetimes(plan, cp)
         if not life:
             return spills
         load = _pressure(plan, life, len(cp.events))
-        peak_at = int(np.argmax(load))
-        if load[peak_at] <= avail:
+        cap = np.array([limits.get(id(ev), avail) for ev in cp.events], np.int64)
+        peak_at = int(np.argmax(load - cap))
+        if load[peak_at] <= cap[peak_at]:
             return spills
-        if best_peak is None or load[peak_at] < best_peak:
-            best_peak, stalled = int(load[peak_at]), 0
+        over = int(load[peak_at] - cap[peak_at])
+        if best_peak is None or over < best_peak:
+            best_peak, stalled = over, 0
         else:
             stalled += 1
             if stalled > 8:
-                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", best_peak + weights,
-                                   avail + weights, "weights and the buffers a step needs at once")
+                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
+                                   int(cap[peak_at]) + weights, "weights and the buffers a step needs at once")
         uses: dict[int, list[int]] = {}
         for i, ev in enumerate(cp.events):
             for b in _accesses(ev):
@@ -369,7 +431,7 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
                 best = (score, b, move, before, nxt)
         if best is None:
             raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
-                               avail + weights, "weights and the buffers one step needs")
+                               int(cap[peak_at]) + weights, "weights and the buffers one step needs")
         _, b, move, before, nxt = best
         if move == "stage":
             _stage(plan, cp, b, peak_at)
@@ -458,18 +520,134 @@ def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
     Returns the highest end used (may exceed ``limit``: the caller spills more). O(B^2)."""
     life = lifetimes(plan, cp)
     size = {b: _aligned(plan.buffers[b].nbytes) for b in life}
-    orders = [lambda b: (-size[b], life[b][0], b), lambda b: (life[b][0], -size[b], b),
-              lambda b: (life[b][0] - life[b][1], -size[b], b)]
-    best = None
+    load = _pressure(plan, life, len(cp.events))
+    hot = {b: int(load[lo:hi + 1].max()) for b, (lo, hi) in life.items()}
+    orders = [lambda b: (-size[b], life[b][0], b), lambda b: (-hot[b], -size[b], life[b][0], b),
+              lambda b: (life[b][0], -size[b], b), lambda b: (life[b][0] - life[b][1], -size[b], b)]
+    best = _best_fit_in_time(life, size, base)
+    if best[1] > limit:
+        two = _two_ended(life, size, base, limit)
+        if two is not None:
+            best = two
     for key in orders:
-        offsets, top = _first_fit(sorted(life, key=key), life, size, base)
-        if best is None or top < best[1]:
-            best = (offsets, top)
-        if top <= limit:
+        if best[1] <= limit:
             break
+        offsets, top = _first_fit(sorted(life, key=key), life, size, base)
+        if top < best[1]:
+            best = (offsets, top)
+    # NOTE: still over: seeded random perturbations of the largest-first order
+    rng = np.random.default_rng(len(life))
+    bufs = sorted(life)
+    for _ in range(RANDOM_ORDERS if best[1] > limit else 0):
+        noise = rng.lognormal(0.0, 0.7, len(bufs))
+        order = [b for _, b in sorted(zip((-size[b] * z for b, z in zip(bufs, noise, strict=True)), bufs,
+                                          strict=True))]
+        offsets, top = _first_fit(order, life, size, base)
+        if top < best[1]:
+            best = (offsets, top)
+            if top <= limit:
+                break
     for b, off in best[0].items():
         plan.buffers[b].offset = off
     return best[1]
+
+
+def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: dict[int, int]) -> bool:
+    """After an allocation that ends above ``limit``: lower the allowed live bytes at the
+    events where a buffer lies above it by that excess (keyed by ``id(event)``), so the
+    next spill frees room exactly there. False when nothing overflows."""
+    life = lifetimes(plan, cp)
+    changed = False
+    for b, (lo, hi) in life.items():
+        buf = plan.buffers[b]
+        excess = buf.offset + _aligned(buf.nbytes) - limit
+        if excess > 0:
+            for ev in cp.events[lo:hi + 1]:
+                limits[id(ev)] = min(limits.get(id(ev), avail), avail - excess - ALIGNMENT)
+                changed = True
+    return changed
+
+
+def _best_fit_in_time(life: dict[int, tuple[int, int]], size: dict[int, int],
+                      base: int) -> tuple[dict[int, int], int]:
+    """Allocate as a program would run: at each event, free the buffers whose lifetime
+    ended, then take for each starting buffer (largest first) the smallest free gap that
+    holds it (best fit), else the top. O(B log B + B * gaps)."""
+    starts: dict[int, list[int]] = {}
+    for b, (lo, _) in life.items():
+        starts.setdefault(lo, []).append(b)
+    ends: dict[int, list[int]] = {}
+    for b, (_, hi) in life.items():
+        ends.setdefault(hi, []).append(b)
+    gaps: list[tuple[int, int]] = []  # free [a, b) below top, sorted
+    top = base
+    offsets: dict[int, int] = {}
+    for t in sorted(set(starts) | set(ends)):
+        for b in sorted(starts.get(t, ()), key=lambda b: -size[b]):
+            fit = [(e - a, i) for i, (a, e) in enumerate(gaps) if e - a >= size[b]]
+            if fit:
+                _, i = min(fit)
+                a, e = gaps[i]
+                offsets[b] = a
+                gaps[i:i + 1] = [(a + size[b], e)] if a + size[b] < e else []
+            else:
+                if gaps and gaps[-1][1] == top:  # extend the last gap into the top
+                    a, _ = gaps.pop()
+                    offsets[b] = a
+                    top = a + size[b]
+                else:
+                    offsets[b] = top
+                    top += size[b]
+        for b in ends.get(t, ()):
+            gaps.append((offsets[b], offsets[b] + size[b]))
+            gaps.sort()
+            merged: list[tuple[int, int]] = []
+            for a, e in gaps:
+                if merged and merged[-1][1] >= a:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+                else:
+                    merged.append((a, e))
+            if merged and merged[-1][1] >= top:
+                top = merged[-1][0]
+                merged.pop()
+            gaps = merged
+    high = max((offsets[b] + size[b] for b in offsets), default=base)
+    return offsets, high
+
+
+def _two_ended(life: dict[int, tuple[int, int]], size: dict[int, int], base: int,
+               limit: int) -> tuple[dict[int, int], int] | None:
+    """Large buffers first fit upwards from ``base``, the small ones (under an eighth of
+    the room) downwards from ``limit``: small buffers then fragment nothing in the middle.
+    None if some buffer finds no room. O(B^2)."""
+    room = limit - base
+    big = sorted((b for b in life if size[b] * 8 >= room), key=lambda b: (-size[b], life[b][0], b))
+    small = sorted((b for b in life if size[b] * 8 < room), key=lambda b: (-size[b], life[b][0], b))
+    placed: list[tuple[int, int, int, int]] = []
+    offsets: dict[int, int] = {}
+    for b in big:
+        lo, hi = life[b]
+        busy = sorted((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2))
+        offset = base
+        for o, e in busy:
+            if offset + size[b] <= o:
+                break
+            offset = max(offset, e)
+        offsets[b] = offset
+        placed.append((lo, hi, offset, offset + size[b]))
+    for b in small:
+        lo, hi = life[b]
+        busy = sorted(((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2)), key=lambda x: -x[1])
+        end = limit - (limit % ALIGNMENT)
+        for o, e in busy:
+            if e <= end - size[b]:
+                break
+            end = min(end, o)
+        if end - size[b] < base:
+            return None
+        offsets[b] = end - size[b]
+        placed.append((lo, hi, end - size[b], end))
+    return offsets, max((e for *_, e in placed), default=base)
 
 
 def _first_fit(order: list[int], life: dict[int, tuple[int, int]], size: dict[int, int],

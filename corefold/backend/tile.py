@@ -22,6 +22,7 @@ from corefold.backend.executable import QuantOp, QuantTensor
 from corefold.errors import CapacityError, CompileError, InternalError, UnsupportedOpError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
+from corefold.passes.split.rules import candidate_axes
 from corefold.passes.split.split import JOIN_META, choose_split, touched_bytes
 from corefold.target import Target
 
@@ -176,25 +177,69 @@ def _slice_quant(qt: QuantTensor | None, rank: int, axis: int, s: int, e: int) -
     return QuantTensor(qt.scale[s:e], qt.zero_point[s:e], qt.axis, qt.dtype)
 
 
+def _weight_bytes(node: Node) -> int:
+    return sum(v.nbytes for v in dict.fromkeys(v for v in node.inputs if v is not None and v.is_constant))
+
+
+def _weight_axis(node: Node):
+    """The first split axis (preference order, never a reduced dimension) that cuts the
+    node's weights, or None."""
+    axes, _ = candidate_axes(node)
+    for ax in axes:
+        if not ax.reduce and any(m is not None and v is not None and v.is_constant
+                                 for v, m in zip(node.inputs, ax.inputs, strict=False)):
+            return ax
+    return None
+
+
+def cut_weights(graph: Graph, max_weight: int) -> int:
+    """Cut every operator whose weights exceed ``max_weight`` bytes along its weights'
+    output axis into pieces of at most that much weight (resident weights then pack
+    into the cores' SRAM around the activations); return how many were cut. O(pieces)."""
+    cut = 0
+    for node in list(graph.nodes):
+        w = _weight_bytes(node)
+        if w <= max_weight:
+            continue
+        ax = _weight_axis(node)
+        if ax is None:
+            continue
+        k = min(ax.extent, -(-w // max_weight))
+        if k >= 2:
+            _cut(graph, node, threshold=None, forced=(ax, k))
+            cut += 1
+    return cut
+
+
 def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
-    """Cut a fused integer node until every piece fits ``threshold`` bytes, never over a
-    reduced dimension (split rules of :mod:`corefold.passes.split.rules`). O(pieces)."""
-    if touched_bytes(node) <= threshold:
-        return
-    try:
-        ax, k = choose_split(node, threshold)
-    except CapacityError as exc:
-        raise CompileError("SRAM", "every core", touched_bytes(node), threshold, str(exc)) from None
-    if ax.reduce:
-        raise UnsupportedOpError(f"integer node '{node.name}' can only be cut over a reduced dimension")
-    quant: QuantOp = node.meta["quant"]
+    _cut(graph, node, threshold)
+
+
+def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
+    """Cut a node (a fused integer node keeps its quantization, sliced with its tensors)
+    until every piece fits ``threshold`` bytes, never over a reduced dimension (split
+    rules of :mod:`corefold.passes.split.rules`); ``forced`` gives the axis and piece count
+    of the first cut instead. O(pieces)."""
+    if forced is not None:
+        ax, k = forced
+    else:
+        if touched_bytes(node) <= threshold:
+            return
+        try:
+            ax, k = choose_split(node, threshold)
+        except CapacityError as exc:
+            raise CompileError("SRAM", "every core", touched_bytes(node), threshold, str(exc)) from None
+        if ax.reduce:
+            raise UnsupportedOpError(f"integer node '{node.name}' can only be cut over a reduced dimension")
+    quant: QuantOp | None = node.meta.get("quant")
     pieces: list[Node] = []
     slices: dict[tuple[int, int, int, int], Value] = {}
     for j in range(k):
         s, e = j * ax.extent // k, (j + 1) * ax.extent // k
         ins: list[Value | None] = []
         qins: list[QuantTensor | None] = []
-        for v, m, qt in zip(node.inputs, list(ax.inputs) + [None] * len(node.inputs), quant.inputs, strict=False):
+        qts = quant.inputs if quant is not None else (None,) * len(node.inputs)
+        for v, m, qt in zip(node.inputs, list(ax.inputs) + [None] * len(node.inputs), qts, strict=False):
             if v is None or m is None:
                 ins.append(v)
                 qins.append(qt)
@@ -226,10 +271,11 @@ def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
         o = node.outputs[0]
         oa, osc = ax.output
         piece = graph.make_node(node.op_type, ins, attrs, name=f"{node.name}_part{j}",
-                                output_names=[f"{o.name}_part{j}"], domain=INTEGER_DOMAIN)
+                                output_names=[f"{o.name}_part{j}"], domain=node.domain)
         piece.outputs[0].dtype = o.dtype
         piece.outputs[0].shape = tuple((e - s) * osc if d == oa else x for d, x in enumerate(o.shape))
-        piece.meta["quant"] = QuantOp(tuple(qins), quant.output, quant.activation)
+        if quant is not None:
+            piece.meta["quant"] = QuantOp(tuple(qins), quant.output, quant.activation)
         pieces.append(piece)
     o = node.outputs[0]
     hold = Value("__hold", o.shape, o.dtype)
@@ -239,21 +285,32 @@ def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
     join.meta[JOIN_META] = True
     graph.add_node(join)
     graph.replace_all_uses(hold, o)
-    for p in pieces:
-        _cut_fused(graph, p, threshold)
+    if threshold is not None:
+        for p in pieces:
+            _cut(graph, p, threshold)
 
 
-def tile(graph: Graph, target: Target) -> Graph:
-    """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models) and every
-    operator cut until it fits ``target.core_memory_threshold`` bytes.
+#: Weights of one operator piece, as a fraction of a core's SRAM (see :func:`tile`).
+WEIGHT_PIECE = 0.25
+
+
+def tile(graph: Graph, target: Target, threshold: int | None = None) -> Graph:
+    """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
+    whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
+    (so that resident weights pack into the cores around the activations), then every
+    operator cut until it touches at most ``threshold`` bytes (default
+    ``target.core_memory_threshold``; the split pass).
 
     Raises:
         CompileError: an operator does not fit a core at any split (resource SRAM).
     """
     g = copy_graph(graph)
-    threshold = target.core_memory_threshold
+    if threshold is None:
+        threshold = target.core_memory_threshold
     if is_quantized(g):
         fuse_integer(g, threshold)
+    cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
+    g.sort()
     try:
         split_graph(g, target, threshold)
     except CapacityError as exc:
