@@ -204,6 +204,7 @@ def main(argv=None) -> int:
                    help="comma-separated subset of: " + ", ".join(TORCHVISION + tuple(LIGHT)))
     p.add_argument("--skip-resnet50", action="store_true", help="leave out int8 ResNet-50 on npu-array")
     p.add_argument("--no-naive", action="store_true", help="leave out the naive mapping")
+    p.add_argument("--dtypes", default="float32,int8", help="comma-separated subset of: float32, int8")
     p.add_argument("--json", help="write the rows as JSON")
     args = p.parse_args(argv)
 
@@ -220,7 +221,7 @@ def main(argv=None) -> int:
         print(header)
         print("-" * len(header))
         for name, path in paths.items():
-            for quantize in (False, True):
+            for quantize in [d == "int8" for d in args.dtypes.split(",")]:
                 graph = load_model(path)
                 feeds = random_inputs(graph, seed=0)
                 if quantize:
