@@ -270,9 +270,12 @@ def strategy_rows(build: Build) -> list[dict[str, Any]]:
     return rows
 
 
-def write_build(build: Build, out: str | os.PathLike, *, progress: bool = False) -> Path:
+def write_build(build: Build, out: str | os.PathLike, *, progress: bool = False,
+                target_toml: str | None = None) -> Path:
     """Write the build folder (atomically: a temporary folder beside it, renamed into
     place; a previous build there is replaced only once the new one is complete).
+    ``target_toml``, the target's TOML text, is kept as ``target.toml`` so that the build
+    runs without naming its target again.
 
     Raises:
         OutputPathError: the folder cannot be written.
@@ -295,6 +298,9 @@ def write_build(build: Build, out: str | os.PathLike, *, progress: bool = False)
         save_model(build.graph, tmp / "model.onnx")  # the whole compiled model: corefold sim --check's reference
         doc = manifest(build, names)
         doc["model_onnx"] = "model.onnx"
+        if target_toml is not None:
+            (tmp / "target.toml").write_text(target_toml)
+            doc["target_toml"] = "target.toml"
         for e in doc["executables"]:
             e["sha256"] = {k: _sha256(tmp / e[k]) for k in ("cfx", "onnx")}
         (tmp / "manifest.json").write_text(json.dumps(doc, indent=1, default=float))
@@ -341,13 +347,16 @@ def render_report(build: Build, doc: dict[str, Any]) -> str:
 
 
 def load_build(folder: str | os.PathLike, target: Target | None = None):
-    """The executables of a build folder, in run order, and its manifest.
+    """The executables of a build folder, in run order, its manifest and its target
+    (``target``, else the build's ``target.toml``, else None: the bundled preset whose
+    fingerprint matches).
 
     Raises:
         DataError: no manifest, or a file whose checksum differs from the manifest's.
         CfxError: a corrupt executable (from ``backend.cfx.load``).
     """
     from corefold.backend.cfx import load
+    from corefold.target import parse_target
 
     folder = Path(folder)
     mpath = folder / "manifest.json"
@@ -358,6 +367,8 @@ def load_build(folder: str | os.PathLike, target: Target | None = None):
         entries = doc["executables"]
     except (ValueError, KeyError, TypeError):
         raise DataError(f"'{mpath}': not a corefold manifest") from None
+    if target is None and doc.get("target_toml") and (folder / doc["target_toml"]).is_file():
+        target = parse_target((folder / doc["target_toml"]).read_text(), f"'{folder / doc['target_toml']}'")
     exes = []
     for e in entries:
         path = folder / e["cfx"]
@@ -367,7 +378,7 @@ def load_build(folder: str | os.PathLike, target: Target | None = None):
         if want and _sha256(path) != want:
             raise DataError(f"'{path}': its checksum differs from the manifest's (changed or corrupt)")
         exes.append(load(path, target))
-    return exes, doc
+    return exes, doc, target
 
 
 __all__ = ["CompileSettings", "Build", "compile_model", "link", "write_build", "load_build", "manifest",

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from corefold.compile import CompileSettings, compile_model, write_build
     from corefold.frontend.onnx import load_model
     from corefold.io import OutputPathError, check_output
-    from corefold.target import load_target
+    from corefold.target import parse_target, target_source
 
     target_file = args.target if Path(args.target).suffix == ".toml" else None
     inputs = [i for i in (args.model, target_file, args.calib) if i is not None]
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         from corefold.toolchain import CommandCompiler
 
         compiler = CommandCompiler(args.compiler_cmd)
-    target = load_target(args.target)
+    target_toml, origin = target_source(args.target)
+    target = parse_target(target_toml, origin)
     t0 = time.perf_counter()
     graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     calib = quantize = None
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     settings = CompileSettings(strategies_table=not args.no_table, simulate=not args.no_sim, seed=args.seed)
     build = compile_model(graph, target, serial=serial, settings=settings, calib=calib, quantize=quantize,
                           compiler=compiler, progress=not args.quiet)
-    folder = write_build(build, out)
+    folder = write_build(build, out, target_toml=target_toml)
     _print_summary(build, folder, time.perf_counter() - t0)
     return 0
 

@@ -121,7 +121,7 @@ def _run_build(args: argparse.Namespace, target) -> int:
     from corefold.compile import load_build
     from corefold.sim import simulate_chain
 
-    exes, doc = load_build(args.executable, target)
+    exes, doc, target = load_build(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
     chain = simulate_chain(exes, feeds, target)
     outputs = {name: chain.tensors[name] for name in doc.get("outputs", []) if name in chain.tensors}

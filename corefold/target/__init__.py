@@ -5,7 +5,7 @@ with every key, is documented in ``presets/npu.toml``; ``presets/neuromorphic.to
 the neuron and synapse capacities of a neuromorphic core array.
 """
 
-from corefold.target.load import PRESETS, load_target, parse_target
+from corefold.target.load import PRESETS, load_target, parse_target, target_source
 from corefold.target.model import UNIT_KINDS, Target, Unit
 
-__all__ = ["Target", "Unit", "UNIT_KINDS", "PRESETS", "load_target", "parse_target"]
+__all__ = ["Target", "Unit", "UNIT_KINDS", "PRESETS", "load_target", "parse_target", "target_source"]

@@ -30,6 +30,15 @@ def load_target(name_or_path: str | Path = "npu") -> Target:
     Raises:
         TargetError: the file is missing, not TOML, or a key is missing or invalid.
     """
+    return parse_target(*target_source(name_or_path))
+
+
+def target_source(name_or_path: str | Path = "npu") -> tuple[str, str]:
+    """The TOML text of a preset or file, and how to name it in messages.
+
+    Raises:
+        TargetError: no such file or preset.
+    """
     text: str
     origin = str(name_or_path)
     if str(name_or_path) in PRESETS:
@@ -40,7 +49,7 @@ def load_target(name_or_path: str | Path = "npu") -> Target:
         if not path.is_file():
             raise TargetError(f"target '{name_or_path}': no such file or preset (presets: {', '.join(PRESETS)})")
         text = path.read_text(encoding="utf-8", errors="replace")
-    return parse_target(text, origin)
+    return text, origin
 
 
 def parse_target(text: str, origin: str = "<string>") -> Target:
