@@ -184,7 +184,7 @@ def render_placement(exe: Executable, target, title: str = ""):
     ax.set_ylabel("y (core)")
     noc = sum(b * len(r) for b, r in pl.sends.values())
     ax.set_title(title or f"{exe.meta.get('graph', '')} on {exe.target.name}: {len(pl.instructions)} cores, "
-                 f"{noc:,} NoC byte-hops", fontsize=font + 2)
+                 f"{noc:,} byte-hops of NoC sends", fontsize=font + 2)
     fig.tight_layout()
     return fig
 
