@@ -140,3 +140,20 @@ def test_plot_writes_the_placement_png(tmp_path, capsys):
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert width > 200 and height > 200
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.cfx", "placed.png"]
+
+
+@pytest.mark.xfail(strict=True, reason="corefold/backend/cfx.py _json_value writes a 0-d scale as shape (1,) "
+                   "(np.ascontiguousarray), so a loaded quantized .cfx fails in the integer runner: "
+                   "'per-axis activation scale'; remove this mark when cfx.py keeps 0-d arrays")
+def test_a_quantized_model_lowers_and_runs_in_sim(tmp_path, capsys):
+    import numpy as np
+
+    calib, q, cfx = tmp_path / "calib.npz", tmp_path / "q.onnx", tmp_path / "q.cfx"
+    np.savez(calib, image=np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32))
+    assert main(["quantize", MODEL, "--calib", str(calib), "-o", str(q), "--quiet"]) == 0
+    assert main(["lower", str(q), "--target", "npu-2x2", "--preset", "fast", "-o", str(cfx)]) == 0
+    assert "int8" in capsys.readouterr().out
+    code = main(["sim", str(cfx), "--check", str(q)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "MISMATCH" not in out.out
