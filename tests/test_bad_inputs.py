@@ -43,8 +43,9 @@ COMMANDS = {
     "quantize": lambda m, o, t: ["quantize", m, "--calib", _calib(t), "-o", o, "--quiet"],
     "split": lambda m, o, t: ["split", m, "-o", o],
     "order": lambda m, o, t: ["order", m, "-o", o],
+    "lower": lambda m, o, t: ["lower", m, "-o", o, "--preset", "fast"],
 }
-WRITES = {"run", "quantize", "split", "order"}
+WRITES = {"run", "quantize", "split", "order", "lower"}
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
