@@ -55,3 +55,13 @@ def test_library_code_never_imports_the_cli():
                  if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")
                  and any(m == "corefold.cli" or m.startswith("corefold.cli.") for m in _imports(p))]
     assert offenders == []
+
+
+def test_sim_reads_the_executable_and_the_kernels_never_the_passes():
+    """sim/ runs what the backend wrote, with the executor's kernels: it never reaches into the
+    compiler's passes (nor the frontend, nor the mapper) to recompute what lowering decided."""
+    banned = ("corefold.passes", "corefold.frontend", "corefold.mapping", "corefold.pipeline", "corefold.cli")
+    sources = [p for p in (ROOT / "sim").rglob("*.py") if not p.name.endswith("_test.py")]
+    assert sources, "corefold/sim is missing"
+    offenders = [(str(p.relative_to(ROOT)), m) for p in sources for m in _imports(p) if m.startswith(banned)]
+    assert offenders == []

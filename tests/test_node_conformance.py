@@ -106,13 +106,6 @@ REFUSED: dict[str, list[str]] = {
         "test_flexattention_relative_positional", "test_flexattention_scaled", "test_flexattention_score_mod",
         "test_flexattention_soft_cap"
     ),
-    "NOT IMPLEMENTED YET in the operator table (each case is static and ONNX Runtime passes it): TfIdfVectorizer on token ids, BatchNormalization in training mode": _names(
-        "test_batchnorm_epsilon_training_mode", "test_batchnorm_example_training_mode",
-        "test_tfidfvectorizer_tf_batch_onlybigrams_skip0", "test_tfidfvectorizer_tf_batch_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5", "test_tfidfvectorizer_tf_only_bigrams_skip0",
-        "test_tfidfvectorizer_tf_onlybigrams_levelempty", "test_tfidfvectorizer_tf_onlybigrams_skip5",
-        "test_tfidfvectorizer_tf_uniandbigrams_skip5"
-    ),
 }
 
 #: reason -> cases where corefold's answer differs from the expected output (ONNX Runtime

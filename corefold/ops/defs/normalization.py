@@ -28,14 +28,17 @@ def _channel_tables_split(reduced):
 
 
 def _batch_norm_normalise(imp, n) -> None:
-    """Old attributes go; training mode and its extra outputs are refused."""
+    """Old attributes go. Training mode (opset 14+, ``training_mode=1``) keeps its running
+    mean and variance outputs; before opset 14 the training outputs (mean, var, saved
+    mean and variance) are refused when something reads them."""
     for k in ("consumed_inputs", "is_test"):
         n.attrs.pop(k, None)
     spatial = n.attrs.pop("spatial", 1)
     if not spatial and any(v is not None and len(v.shape) != 1 for v in n.inputs[1:]):
         raise UnsupportedOpError(f"node '{n.name}' (BatchNormalization): spatial=0 is not supported")
     if n.attrs.get("training_mode", 0):
-        raise UnsupportedOpError(f"node '{n.name}' (BatchNormalization): training_mode=1 is not supported")
+        imp.emit("BatchNormalization", n.inputs, n.attrs, n.outputs[:3], n.name)
+        return
     n.attrs.pop("training_mode", None)
     for extra in n.outputs[1:]:
         if extra and imp.is_used(extra):
@@ -84,17 +87,47 @@ def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
     return (-1,) + (1,) * (x.ndim - 2)
 
 
-@op("BatchNormalization", **_norm(2, _channel_tables_split(None), Quant(COMPUTE, fuses_activation=True),
-                                       normalise=_batch_norm_normalise))
-def batch_normalization(attrs, inputs):
-    """Inference form: ``(x - mean) / sqrt(var + epsilon) * scale + B`` per channel (axis 1).
+def _batch_norm_infer(attrs, ins, consts):
+    if not attrs.get("training_mode", 0):
+        return [ins[0]]
+    (x, dt), (stat, sdt) = ins[0], ins[3]
+    return [(x, dt), (stat, sdt), (stat, ins[4][1])]
 
-    Raises:
-        UnsupportedOpError: ``training_mode=1``.
-    """
+
+_INFERENCE_BN_SPLIT = _channel_tables_split(None)
+
+
+def _batch_norm_split(attrs, ins, outs, consts):
+    """Inference: any axis, per-channel tables cut with the channels. Training mode reduces
+    over every axis but the channel and writes per-channel statistics: no split."""
     if attrs.get("training_mode", 0):
-        raise UnsupportedOpError("BatchNormalization: training_mode=1 is not supported (inference only)")
+        return [], True
+    return _INFERENCE_BN_SPLIT(attrs, ins, outs, consts)
+
+
+def _batch_norm_training(attrs, x, scale, bias, mean, var) -> list[np.ndarray]:
+    """Training mode (opset 14+): normalise with the batch's own per-channel mean and
+    (population) variance; running statistics ``input * momentum + batch * (1 - momentum)``
+    (momentum 0.9 by default). O(elements)."""
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    eps, momentum = attrs.get("epsilon", 1e-5), attrs.get("momentum", 0.9)
+    cur_mean, cur_var = x.mean(axis=axes), x.var(axis=axes)
+    shape = _channel_shape(x)
+    y = scale.reshape(shape) * (x - cur_mean.reshape(shape)) / np.sqrt(cur_var.reshape(shape) + x.dtype.type(eps))
+    y = y + bias.reshape(shape)
+    running_mean = mean * mean.dtype.type(momentum) + cur_mean * mean.dtype.type(1 - momentum)
+    running_var = var * var.dtype.type(momentum) + cur_var * var.dtype.type(1 - momentum)
+    return [y.astype(x.dtype), running_mean.astype(mean.dtype), running_var.astype(var.dtype)]
+
+
+@op("BatchNormalization", normalise=_batch_norm_normalise, infer=_batch_norm_infer, cost=vector(2),
+    split=_batch_norm_split, quant=Quant(COMPUTE, fuses_activation=True), param_inputs=())
+def batch_normalization(attrs, inputs):
+    """Inference form: ``(x - mean) / sqrt(var + epsilon) * scale + B`` per channel (axis 1);
+    ``training_mode=1``: see :func:`_batch_norm_training`."""
     x, scale, bias, mean, var = inputs[:5]
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(attrs, x, scale, bias, mean, var)
     eps = x.dtype.type(attrs.get("epsilon", 1e-5))
     a = (scale / np.sqrt(var + eps)).astype(x.dtype, copy=False)
     b = (bias - mean * a).astype(x.dtype, copy=False)

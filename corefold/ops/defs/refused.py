@@ -31,7 +31,6 @@ REFUSED = {
                      "SequenceLength", "SequenceMap", "ConcatFromSequence", "SplitToSequence"), SEQUENCE),
     **dict.fromkeys(("Optional", "OptionalGetElement", "OptionalHasElement"), OPTIONAL),
     **dict.fromkeys(("StringNormalizer", "RegexFullMatch", "StringSplit", "StringConcat"), STRING),
-    "TfIdfVectorizer": "n-gram vectorisation (of strings or token ids) is not supported",
     "ImageDecoder": "it decodes an encoded image whose size is known only from the data",
 }
 
