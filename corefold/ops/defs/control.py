@@ -4,7 +4,10 @@ corefold's IR is static: no node has a subgraph. A control-flow node whose decis
 constants once the model's inputs are bound (``--value``) is replaced at import by the
 nodes it would run:
 
-* **If**: the condition is a constant, and the taken branch is imported in place;
+* **If**: the condition is a constant, and the taken branch is imported in place; when it
+  depends on data and both branches give the same shapes and types (PyTorch exports
+  ``y = verifier(x) if p >= 0.5 else p`` so), both branches are imported and each output
+  is ``Where(cond, then, else)`` (if-conversion: both run, the condition selects);
 * **Loop**: the trip count and/or the condition are constants, each iteration's condition
   folds to a constant, and the body is imported once per iteration (loop-carried values
   flow from one copy to the next; scan outputs are stacked with Unsqueeze and Concat);
@@ -49,16 +52,57 @@ def _stack(imp, values, axis: int, name: str):
 
 
 def _if_normalise(imp, n) -> None:
-    """Import the branch the constant condition takes."""
+    """Import the branch a constant condition takes, or both branches selected by ``Where``
+    when the condition depends on data (:func:`_if_convert`)."""
+    if n.inputs[0].const is None:
+        _if_convert(imp, n)
+        return
     cond = bool(_scalar(n.inputs[0], "the condition", n.name, "If"))
     branch = n.attrs["then_branch"] if cond else n.attrs["else_branch"]
     outs = imp.inline(branch, [], f"{n.name}_{'then' if cond else 'else'}")
-    if len(outs) < len([o for o in n.outputs if o is not None]):
-        raise UnsupportedOpError(f"node '{n.name}' (If): the branch gives {len(outs)} outputs, the node has "
-                                 f"{len(n.outputs)}")
+    _check_outputs(n, outs)
     for oname, v in zip(n.outputs, outs, strict=False):
         if oname:
             imp.alias(oname, v)
+
+
+def _check_outputs(n, outs) -> None:
+    if len(outs) < len([o for o in n.outputs if o is not None]):
+        raise UnsupportedOpError(f"node '{n.name}' (If): the branch gives {len(outs)} outputs, the node has "
+                                 f"{len(n.outputs)}")
+
+
+def _if_convert(imp, n) -> None:
+    """If-conversion of an If whose condition depends on data: import both branches and
+    select each output with ``Where(cond, then_out, else_out)``. The IR stays static, so
+    both branches must give the same static shape and dtype for every output; otherwise
+    the node is refused naming the output. Both branches run, so a branch that only
+    errors on the inputs it is not taken for (an out-of-range index) errors here too.
+    O(nodes of both branches).
+
+    Raises:
+        UnsupportedOpError: an output's shape or dtype differs between the branches.
+    """
+    cond = n.inputs[0]
+    if int(np.prod(cond.shape)) != 1:
+        raise UnsupportedOpError(f"node '{n.name}' (If): the condition '{cond.name}' has shape "
+                                 f"{list(cond.shape)}, not one element")
+    then_outs = imp.inline(n.attrs["then_branch"], [], f"{n.name}_then")
+    else_outs = imp.inline(n.attrs["else_branch"], [], f"{n.name}_else")
+    _check_outputs(n, then_outs)
+    _check_outputs(n, else_outs)
+    if cond.shape != ():
+        cond = imp.emit("Reshape", [cond, imp.const(np.zeros(0, np.int64), f"{n.name}_scalar")], {}, [None],
+                        f"{n.name}_cond")[0]
+    for k, (oname, t, e) in enumerate(zip(n.outputs, then_outs, else_outs, strict=False)):
+        if not oname:
+            continue
+        if t.shape != e.shape or t.dtype != e.dtype:
+            raise UnsupportedOpError(
+                f"node '{n.name}' (If): the condition '{n.inputs[0].name}' depends on data and output '{oname}' "
+                f"is {t.dtype}{list(t.shape)} in the then branch but {e.dtype}{list(e.shape)} in the else "
+                "branch (bind the model input the condition comes from with --value)")
+        imp.emit("Where", [cond, t, e], {}, [oname], f"{n.name}_select{k}")
 
 
 def _loop_normalise(imp, n) -> None:

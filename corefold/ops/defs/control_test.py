@@ -59,9 +59,56 @@ def test_if_with_a_bound_condition_imports_the_taken_branch(cond):
     assert [v.name for v in graph.outputs] == ["y"]
 
 
-def test_if_on_data_is_refused_naming_node_and_value():
-    with pytest.raises(UnsupportedOpError, match=r"node 'if_0' \(If\): the condition 'c' depends on data"):
-        from_onnx(if_model())
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_on_data_runs_both_branches_and_selects_with_where(cond):
+    """A condition fed at run time: both branches are imported, Where picks the output."""
+    graph = from_onnx(if_model())
+    verify(graph)
+    assert [n.op_type for n in graph.nodes] == ["Relu", "Mul", "Sub", "Where"]
+    assert [v.name for v in graph.outputs] == ["y"]
+    feeds = {"x": X, "c": np.array(cond)}
+    np.testing.assert_allclose(run(graph, feeds)["y"], ort_run(if_model(), feeds)["y"], rtol=1e-6)
+
+
+def verifier_model():
+    """What openWakeWord's hey_jarvis model (a PyTorch 1.12 export) does: a score ``p``, and
+    when ``p >= 0.5`` a second network's score instead: ``If(Cast(p >= 0.5))`` whose then
+    branch reads the graph input from the outer scope and whose else branch is
+    ``Identity(p)``; the condition is a [1, 1] tensor."""
+    then_g = helper.make_graph([N("MatMul", ["x", "v"], ["t0"]), N("Sigmoid", ["t0"], ["t"])], "then", [],
+                               [V("t", F, None)])
+    else_g = helper.make_graph([N("Identity", ["p"], ["e"])], "else", [], [V("e", F, None)])
+    w = numpy_helper.from_array(np.linspace(-1, 1, 4, dtype=np.float32).reshape(4, 1), "w")
+    v = numpy_helper.from_array(np.linspace(1, -1, 4, dtype=np.float32).reshape(4, 1), "v")
+    half = numpy_helper.from_array(np.float32(0.5), "half")
+    return model([N("MatMul", ["x", "w"], ["s"]), N("Sigmoid", ["s"], ["p"]),
+                  N("GreaterOrEqual", ["p", "half"], ["ge"]), N("Cast", ["ge"], ["c"], to=B),
+                  N("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                 [V("x", F, [1, 4])], [V("y", F, [1, 1])], opset=13, inits=[w, v, half])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_on_a_computed_condition_matches_onnx_runtime_on_both_branches(sign):
+    m = verifier_model()
+    graph = from_onnx(m)
+    verify(graph)
+    x = (sign * np.float32([[2, 1, -1, -2]])).astype(np.float32)
+    w, v = np.linspace(-1, 1, 4).reshape(4, 1), np.linspace(1, -1, 4).reshape(4, 1)
+    p = 1 / (1 + np.exp(-(x @ w)))  # sigmoid(-+4.7): the else branch for +1, the then branch for -1
+    want = ort_run(m, {"x": x})["y"]
+    np.testing.assert_allclose(want, p if p[0, 0] < 0.5 else 1 / (1 + np.exp(-(x @ v))), rtol=1e-5)
+    np.testing.assert_allclose(run(graph, {"x": x})["y"], want, rtol=1e-6)
+
+
+def test_if_on_data_with_branches_of_different_shapes_is_refused_naming_node_and_output():
+    then_g = helper.make_graph([N("Relu", ["x"], ["t"])], "then", [], [V("t", F, None)])
+    else_g = helper.make_graph([N("ReduceSum", ["x"], ["e"], keepdims=0)], "else", [], [V("e", F, None)])
+    m = model([N("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+              [V("x", F, [3, 4]), V("c", B, [])], [V("y", F, None)])
+    with pytest.raises(UnsupportedOpError, match=r"node 'if_0' \(If\): the condition 'c' depends on data and "
+                                                 r"output 'y' is float32\[3, 4\] in the then branch but "
+                                                 r"float32\[\] in the else branch"):
+        from_onnx(m)
 
 
 def loop_model(with_cond: bool = True):

@@ -408,7 +408,28 @@ def _slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
     return slice(start, None if end < 0 else end, step)
 
 
-@op("Slice", **_facets(ByKernel((1, 2, 3, 4)), params=(1, 2, 3, 4), normalise=_slice_normalise))
+def _slice_split(attrs, ins, outs, consts):
+    """Any axis the slice leaves whole: not listed in ``axes``, or start 0 (or at most
+    -dim), end at least dim and step 1, so every piece's clamped slice is again the whole
+    piece. Never an axis it cuts or reverses. O(rank). No candidates while the starts,
+    ends, axes or steps are not constants."""
+    shape = ins[0][0]
+    rank = len(shape)
+    if any(consts[i] is None for i in (1, 2) if i < len(consts)) or any(
+            ins[i] is not None and consts[i] is None for i in (3, 4) if i < len(ins)):
+        return [], False
+    starts, ends = _ints(consts[1]), _ints(consts[2])
+    axes = _ints(consts[3]) if len(consts) > 3 and consts[3] is not None else list(range(len(starts)))
+    steps = _ints(consts[4]) if len(consts) > 4 and consts[4] is not None else [1] * len(starts)
+    cut = set()
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
+        a = _axis(a, rank)
+        if not (st == 1 and (s == 0 or s <= -shape[a]) and e >= shape[a]):
+            cut.add(a)
+    return split_any(lambda attrs, r: cut, whole=(1, 2, 3, 4))(attrs, ins, outs, consts)
+
+
+@op("Slice", **_facets(ByKernel((1, 2, 3, 4)), split=_slice_split, params=(1, 2, 3, 4), normalise=_slice_normalise))
 def slice_(attrs, inputs):
     x = inputs[0]
     starts, ends = _ints(inputs[1]), _ints(inputs[2])

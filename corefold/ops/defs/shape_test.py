@@ -12,6 +12,7 @@ from corefold import ops
 from corefold.frontend.onnx.check import ort_run
 from corefold.frontend.onnx.protos import NUMPY_TO_ONNX, attribute_value
 from corefold.ops.defs.shape import fill, is_fill
+from corefold.ops.facet_checks_test import check_facets
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
@@ -170,3 +171,20 @@ def test_pad_property(mode, pads):
     (got,) = ops.get("Pad").kernel({"mode": mode}, [PX, pads])
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps, whole", [
+    (I64(0, 0), I64(10 ** 9, 4), I64(0, 2), None, {0, 1, 2, 3}),  # a no-op slice: every axis
+    (I64(-10, 1), I64(2, 5), I64(0, 3), I64(1, 1), {0, 1, 2}),  # start <= -dim is 0; the last axis cut
+    (I64(0, 0), I64(2, 3), I64(1, 2), I64(1, -1), {0, 3}),  # axis 1 cut, axis 2 reversed
+    (I64(0,), I64(-1,), I64(3,), None, {0, 1, 2}),  # end -1 drops the last element
+    (I64(-1,), I64(-100,), I64(2,), I64(-1,), {0, 1, 3}),  # axis 2 reversed whole: same size, still never cut
+    (I64(0,), I64(5,), I64(-1,), I64(2,), {0, 1, 2}),  # step 2
+])
+def test_slice_splits_only_on_the_axes_it_leaves_whole(starts, ends, axes, steps, whole):
+    args = [X, starts, ends, axes] + ([steps] if steps is not None else [])
+    full = check_facets("Slice", args)  # cuts along every offered axis and compares
+    ins = [(a.shape, a.dtype) for a in args]
+    offered, _ = ops.get("Slice").split({}, ins, [(full[0].shape, full[0].dtype)], args)
+    assert {ax.output[0] for ax in offered} == {a for a in whole if full[0].shape[a] >= 2}
+    assert all(ax.inputs[1:] == (None,) * (len(args) - 1) for ax in offered)

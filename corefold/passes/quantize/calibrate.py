@@ -139,22 +139,24 @@ def clip_magnitude(stats: TensorStats, method: str, qmax: int, percentile: float
 class CalibrationSet:
     """Calibration samples for a graph: arrays keyed by input name, stacked on axis 0.
 
-    Each file is opened lazily (``np.load`` memory-maps .npy members only when read), and
-    :meth:`batches` yields one model batch at a time.
+    Input ``k`` of shape ``[b_k, ...]`` holds ``n * b_k`` rows in a file of ``n`` batches:
+    batch ``j`` is rows ``[j * b_k, (j + 1) * b_k)`` of every input (a recurrent state of
+    shape ``[2, 1, 128]`` beside audio of shape ``[1, 512]`` gives 2 rows per batch where
+    the audio gives 1). Each file is opened lazily (``np.load`` memory-maps .npy members
+    only when read), and :meth:`batches` yields one model batch at a time.
     """
 
     graph_inputs: dict[str, tuple[tuple[int, ...], np.dtype]]
     files: list[Path]
-    counts: list[int]
+    counts: list[int]  # batches per file
 
     @property
     def num_samples(self) -> int:
-        return sum(self.counts)
+        return self.num_batches * self._batch
 
     @property
     def num_batches(self) -> int:
-        b = self._batch
-        return sum(c // b for c in self.counts)
+        return sum(self.counts)
 
     @property
     def _batch(self) -> int:
@@ -162,18 +164,19 @@ class CalibrationSet:
         return int(shape[0]) if shape else 1
 
     def batches(self, limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Yield feeds ``{input: x[i:i+B]}`` with B the model's batch size, at most ``limit``."""
-        b = self._batch
+        """Yield feeds ``{input: x[j*b:(j+1)*b]}`` with b the input's leading dimension, at
+        most ``limit``."""
         done = 0
         for f, count in zip(self.files, self.counts, strict=False):
             with np.load(f) as data:
                 arrays = {k: data[k] for k in self.graph_inputs}
-                for i in range(0, count - count % b, b):
+                for j in range(count):
                     if limit is not None and done >= limit:
                         return
                     feeds = {}
                     for k, (shape, _) in self.graph_inputs.items():
-                        x = arrays[k][i:i + b] if shape else arrays[k][i]
+                        b = int(shape[0]) if shape else 1
+                        x = arrays[k][j * b:(j + 1) * b] if shape else arrays[k][j]
                         feeds[k] = np.ascontiguousarray(x)
                     yield feeds
                     done += 1
@@ -183,11 +186,13 @@ def load_calibration(path: str | os.PathLike, graph: Graph) -> CalibrationSet:
     """Check calibration data against ``graph``'s inputs and return a lazy sample set.
 
     ``path`` is an .npz keyed by input name with samples stacked along the batch axis, or a
-    folder of such files (read in name order).
+    folder of such files (read in name order). An input whose leading dimension is ``b``
+    gives ``b`` rows to each batch (:class:`CalibrationSet`).
 
     Raises:
         DataError: no such file, no .npz in the folder, a missing input, an array of the
-            wrong dtype or shape, or a sample count that is not a multiple of the batch.
+            wrong dtype or shape, a row count that is not a multiple of the input's leading
+            dimension, or inputs that disagree on the number of batches.
     """
     p = Path(path)
     if p.is_dir():
@@ -225,11 +230,12 @@ def load_calibration(path: str | os.PathLike, graph: Graph) -> CalibrationSet:
                     raise DataError(f"calibration array '{name}' in '{f}' has shape {list(x.shape)}; the model "
                                     f"expects {list(shape)} with samples stacked on axis 0 (N x {list(shape[1:])}, "
                                     f"N a multiple of {batch})")
-                if n is not None and x.shape[0] != n:
-                    raise DataError(f"calibration arrays in '{f}' disagree on the number of samples "
-                                    f"({n} vs {x.shape[0]} for '{name}')")
-                n = x.shape[0]
-            counts.append(int(n or 0))
+                k = x.shape[0] // batch
+                if n is not None and k != n[0]:
+                    raise DataError(f"calibration arrays in '{f}' disagree on the number of batches: "
+                                    f"{n[0]} for '{n[1]}', {k} for '{name}' ({x.shape[0]} rows of {batch})")
+                n = (k, name)
+            counts.append(int(n[0]) if n else 0)
     return CalibrationSet(inputs, files, counts)
 
 

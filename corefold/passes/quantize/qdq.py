@@ -152,6 +152,10 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
             if v.const is not None:
                 if q.bias is not None and i == q.bias:
                     continue  # handled below once x and w are known
+                if not np.isfinite(v.const).all():
+                    # -inf as the identity of a Max (JAX's softmax, masks): no scale holds it
+                    sel.skipped[v.name] = "constant holding infinity or NaN: read float"
+                    continue
                 axis_fn = q.weights.get(i)
                 axis = axis_fn(node.attrs, v.const.shape) if (axis_fn and per_channel and v.const.ndim >= 2) else None
                 if v.name in sel.weights and sel.weights[v.name] != axis:

@@ -186,3 +186,39 @@ output y
     verify(g)
     assert res.splits["gemm"] >= 2 and any(n.op_type == "Sum" for n in g.nodes)
     np.testing.assert_allclose(run(g, feeds)["y"], ref["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_slices_split_on_the_axes_they_leave_whole():
+    """Magika (JAX -> tf2onnx) slices a [1, 1, 2048, 256] tensor over all four axes with
+    ends 1e9 (a no-op strided_slice) and its conv output to 1 on the last axis; both
+    exceeded a core and Slice had no split rule ("no split rule for Slice", exit 2). Each is
+    cut on an axis it leaves whole, never on one it cuts or reverses."""
+    g = parse("""\
+graph slices
+input x: float32[1, 1, 64, 256]
+input z: float32[2, 64, 40, 2]
+const st: int32[4] = [0, 0, 0, 0]
+const en: int32[4] = [1000000000, 1000000000, 1000000000, 1000000000]
+const ax: int32[4] = [0, 2, 1, 3]
+const sp: int32[4] = [1, 1, 1, 1]
+const st2: int64[2] = [0, -1]
+const en2: int64[2] = [1, -1000]
+const ax2: int64[2] = [3, 2]
+const sp2: int64[2] = [1, -1]
+node whole = Slice(x, st, en, ax, sp) -> (y: float32[1, 1, 64, 256])
+node last = Slice(z, st2, en2, ax2, sp2) -> (w: float32[2, 64, 40, 1])
+output y
+output w
+""")
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=40_000)
+    verify(g)
+    assert res.splits["whole"] >= 2 and res.splits["last"] >= 2
+    for n in g.nodes:
+        assert not needs_fit(n) or touched_bytes(n) <= 40_000, (n.name, touched_bytes(n))
+    pieces = [n for n in g.nodes if n.name.startswith("last_part")]
+    assert all(n.inputs[0].shape[2] == 40 and n.inputs[0].shape[3] == 2 for n in pieces)  # the reversed axis whole
+    out = run(g, feeds)
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])
