@@ -21,8 +21,9 @@ on seeded random inputs. Per strategy it prints:
 
 Then, unless ``--no-compile-run``, the model is compiled again from scratch with
 ``corefold.compile.compile_model`` (the default strategy only, no strategy table,
-simulation on): that is what ``corefold compile`` does, timed from ONNX import to the
-simulated chain (``compile s``).
+simulation on, the optimal reference computed for the manifest as by default): that is what
+``corefold compile`` does, timed from ONNX import to the simulated chain. ``--compile-only``
+runs only that (goal 2).
 
 Models (random weights, seeds explicit; nothing is downloaded):
 
@@ -257,7 +258,8 @@ def compile_run(path: Path, target, seed: int, workers: int) -> dict:
     build = compile_model(graph, target, serial=SerialSettings(fusion=DEFAULT, workers=workers),
                           settings=CompileSettings(strategies_table=False, simulate=True, seed=seed))
     return {"compile_s": time.perf_counter() - t0, "executables": len(build.executables),
-            "compile_calls": build.serial.compile_calls, "minimum_executables": build.serial.minimum_executables,
+            "compile_calls": build.serial.compile_calls, "fits_calls": build.serial.fits_calls,
+            "minimum_executables": build.serial.minimum_executables,
             "latency_s": build.simulation.report.latency_s}
 
 
@@ -293,23 +295,24 @@ def print_model(name: str, result: dict) -> None:
         print(f"{name:<22}FAILED ({'clean CorefoldError' if result['clean'] else 'NOT a CorefoldError'}): "
               f"{result['error']} [{result['where']}]", flush=True)
         return
-    rows = result["strategies"]
-    opt = rows["optimal"]
+    rows = result.get("strategies", {})
+    opt = rows.get("optimal")
     for s, r in rows.items():
         minimum = r["minimum_executables"] or 0
         lat = f"{r['latency_s'] * 1e6:10.1f}" if r["latency_s"] is not None else f"{'-':>10}"
         lat_ratio = (f"{r['latency_s'] / opt['latency_s']:6.2f}" if r["latency_s"] and opt["latency_s"]
                      else f"{'-':>6}")
-        print(f"{name if s == 'a' else '':<22}{s + ('*' if s == DEFAULT else ''):<9}{r['executables']:5d}"
+        print(f"{name if s == STRATEGIES[0] else '':<22}{s + ('*' if s == DEFAULT else ''):<9}{r['executables']:5d}"
               f"{r['executables'] / minimum if minimum else float('nan'):6.2f}{r['compile_calls']:7d}"
               f"{r['compile_calls'] / max(opt['compile_calls'], 1):6.2f}{r['fits_calls']:6d}{r['wall_s']:9.1f}"
               f"{r['dram_bytes'] / 1024:11.0f}{r['host_bytes'] / 1024:10.0f}{lat}{lat_ratio}", flush=True)
     if "compile" in result:
         c = result["compile"]
         if "error" in c:
-            print(f"{'':<22}compile_model: FAILED {c['error']} [{c['where']}]", flush=True)
+            print(f"{'' if rows else name:<22}compile_model: FAILED {c['error']} [{c['where']}]", flush=True)
         else:
-            print(f"{'':<22}compile_model ({DEFAULT}): {c['executables']} executables, {c['compile_calls']} compiles, "
+            print(f"{'' if rows else name:<22}compile_model ({DEFAULT}): {c['executables']} executables, "
+                  f"{c['compile_calls']} compiles, {c['fits_calls']} fits (reference: {c['minimum_executables']}), "
                   f"{c['compile_s']:.1f} s from import to simulated chain", flush=True)
 
 
@@ -357,6 +360,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1, help="compile processes [1]")
     p.add_argument("--no-sim", action="store_true", help="do not simulate the chains (no latency column)")
     p.add_argument("--no-compile-run", action="store_true", help="skip the timed compile_model run per model")
+    p.add_argument("--compile-only", action="store_true",
+                   help="only the timed compile_model run per model (goal 2), no strategy table")
     p.add_argument("--json", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.json:
@@ -383,7 +388,8 @@ def main(argv=None) -> int:
             log(f"[{name}] exporting / loading")
             try:
                 path = model_path(name, Path(tmp), args.seed)
-                result = strategy_table(path, target, args.seed, args.workers, not args.no_sim, log)
+                result = {} if args.compile_only else strategy_table(path, target, args.seed, args.workers,
+                                                                     not args.no_sim, log)
             except Exception as exc:  # noqa: BLE001 - a bench records failures and goes on
                 result = failure(exc)
                 log(f"  FAILED: {result['error']} [{result['where']}]")
