@@ -309,7 +309,8 @@ def print_model(name: str, result: dict) -> None:
     if "compile" in result:
         c = result["compile"]
         if "error" in c:
-            print(f"{'' if rows else name:<22}compile_model: FAILED {c['error']} [{c['where']}]", flush=True)
+            print(f"{'' if rows else name:<22}compile_model: FAILED after {c['compile_s']:.0f} s: {c['error']} "
+                  f"[{c['where']}]", flush=True)
         else:
             print(f"{'' if rows else name:<22}compile_model ({DEFAULT}): {c['executables']} executables, "
                   f"{c['compile_calls']} compiles, {c['fits_calls']} fits (reference: {c['minimum_executables']}), "
@@ -395,10 +396,11 @@ def main(argv=None) -> int:
                 log(f"  FAILED: {result['error']} [{result['where']}]")
             if "error" not in result and not args.no_compile_run:
                 log(f"[{name}] compile_model, strategy {DEFAULT}")
+                t0 = time.perf_counter()
                 try:
                     result["compile"] = compile_run(path, target, args.seed, args.workers)
                 except Exception as exc:  # noqa: BLE001
-                    result["compile"] = failure(exc)
+                    result["compile"] = failure(exc) | {"compile_s": time.perf_counter() - t0}
             results[name] = result
             if args.json:  # after every model, so a long run keeps what it measured
                 from corefold.io import atomic_output
