@@ -1,8 +1,8 @@
 import numpy as np
 
 from corefold.ir import parse
-from corefold.passes.quantize.params import weight_params
 from corefold.passes.quantize.calibrate import gptq_weights, patches
+from corefold.passes.quantize.params import weight_params
 from corefold.passes.quantize.rounding import gptq_integers
 
 

@@ -24,6 +24,7 @@ from corefold import ops
 from corefold.ir import Graph, Node, Value
 from corefold.passes.quantize.params import QuantizeError
 
+
 def quant_of(node: Node) -> ops.Quant | None:
     """The table's quantization facet of ``node`` (None: the operator has none)."""
     q = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").quant
