@@ -51,6 +51,8 @@ def insert_qdq(graph: Graph, plan: dict[str, QuantParams]) -> Graph:
     by_name = {v.name: v for v in graph.values()}
     for name, p in plan.items():
         v = by_name[name]
+        if not _data_uses(v) and v not in graph.outputs:
+            continue  # read only as a parameter (shape, scales, bounds): stays float
         scale = graph.add_constant(f"{name}_scale", p.onnx_scale if p.bits != 32 else
                                    np.asarray(1.0 / p.k, dtype=np.float32))
         attrs = {"axis": int(p.axis)} if p.axis is not None and np.ndim(p.k) else {}
