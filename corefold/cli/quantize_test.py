@@ -213,19 +213,19 @@ def test_broken_models_are_never_written(tmp_path, capsys, monkeypatch):
 
 
 def test_non_finite_output_exits_2(tmp_path, capsys):
-    """1 / (relu(x) + 1e-6) with float outputs: small inputs quantize to 0, the output is inf."""
+    """z / (relu(x) + 1e-6) with float outputs: small inputs quantize to 0, the output is inf."""
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("Add", ["r", "eps"], ["d"]),
-             helper.make_node("Div", ["one", "d"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
-             numpy_helper.from_array(np.array(1.0, np.float32), "one")]
-    g = helper.make_graph(nodes, "inv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+             helper.make_node("Div", ["z", "d"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+    g = helper.make_graph(nodes, "inv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+                                         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     m.ir_version = 10
     onnx.save(m, tmp_path / "inv.onnx")
     x = np.linspace(-1, 100, 32, dtype=np.float32).reshape(4, 8)
-    np.savez(tmp_path / "c.npz", x=x)
+    np.savez(tmp_path / "c.npz", x=x, z=np.ones_like(x))
     argv = ["quantize", str(tmp_path / "inv.onnx"), "--calib", str(tmp_path / "c.npz"), "-o",
             str(tmp_path / "q.onnx"), "--quiet", "--float-outputs"]
     assert main(argv) == 2

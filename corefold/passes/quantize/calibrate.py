@@ -234,9 +234,15 @@ def patches(node: Node, x: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def gptq_weights(graph: Graph, weights: dict[str, int | None], max_columns: int = 2048) -> dict[str, Node]:
+def gptq_weights(graph: Graph, weights: dict[str, int | None], batches: int | None = None,
+                 max_columns: int = 2048) -> dict[str, Node]:
     """The weights GPTQ can round: weight name -> the Conv (group 1) / MatMul / Gemm reading
-    it, when it is that op's only reader and has at most ``max_columns`` inputs per output."""
+    it, when it is that op's only reader and has at most ``max_columns`` inputs per output.
+
+    With ``batches`` (the calibration batches to come), a weight whose Hessian would sum
+    fewer patch rows than it has columns is left out: ``H`` is then singular and GPTQ fits
+    the calibration samples rather than the layer (measured on the zoo at 64 px with 4
+    samples: lower SQNR than nearest rounding on held-out samples), and it saves the work."""
     out: dict[str, Node] = {}
     for node in graph.nodes:
         if node.op_type not in ("Conv", "MatMul", "Gemm") or len(node.inputs) < 2:
@@ -254,9 +260,23 @@ def gptq_weights(graph: Graph, weights: dict[str, int | None], max_columns: int 
             k = int(w.const.shape[1])
         else:
             k = int(w.const.shape[0])
-        if k <= max_columns:
-            out[w.name] = node
+        if k > max_columns:
+            continue
+        if batches is not None and _patch_rows(node) * batches < k:
+            continue
+        out[w.name] = node
     return out
+
+
+def _patch_rows(node: Node) -> int:
+    """Rows of :func:`patches` per batch: output positions of a Conv, rows of a MatMul / Gemm."""
+    if node.op_type == "Conv":
+        out = node.outputs[0].shape
+        return int(out[0]) * int(np.prod(out[2:], dtype=np.int64))
+    x = node.inputs[0].shape
+    if node.op_type == "Gemm" and node.attrs.get("transA", 0):
+        return int(x[-1])
+    return int(np.prod(x[:-1], dtype=np.int64))
 
 
 class HessianObserver:
@@ -289,9 +309,15 @@ class HessianObserver:
 
 
 def _gram(p: np.ndarray) -> np.ndarray:
-    """``p^T p`` in float64. O(rows K^2)."""
-    p = np.asarray(p, dtype=np.float64)
-    return p.T @ p
+    """``p^T p`` as float64, from float32 BLAS products over blocks of 4096 rows (each block's
+    sums have at most 4096 terms, so their relative error stays near 1e-5; GPTQ's damping is
+    1e-2). O(rows K^2)."""
+    p = np.asarray(p, dtype=np.float32)
+    h = np.zeros((p.shape[1], p.shape[1]), np.float64)
+    for i in range(0, p.shape[0], 4096):
+        blk = np.ascontiguousarray(p[i:i + 4096])
+        h += blk.T @ blk
+    return h
 
 
 # -- the one loop ------------------------------------------------------------------------------

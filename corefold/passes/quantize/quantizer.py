@@ -57,9 +57,10 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
         DataError: calibration data that does not fit the model, or a non-finite tensor.
     """
     settings = (settings or QuantizeSettings()).checked()
-    sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs)
+    sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
     static = static_ranges(graph)
-    gptq = gptq_weights(graph, sel.weights) if settings.weight_rounding == "gptq" else {}
+    batches = data.num_batches if settings.max_batches is None else min(settings.max_batches, data.num_batches)
+    gptq = gptq_weights(graph, sel.weights, batches) if settings.weight_rounding == "gptq" else {}
     stats = calibrate(graph, data, sel.activations, hessians=gptq, engine=settings.engine,
                       limit=settings.max_batches, progress=progress)
     if stats.batches == 0:

@@ -12,8 +12,8 @@ remaining columns compensate it. ``H`` comes from calibration (``calibrate.Hessi
 K x K per weight, never the activations themselves). The columns are processed in blocks of
 ``BLOCK``: inside a block the update touches only the block's columns, and the block's errors
 reach the later columns in one matrix product (the paper's lazy batch update; the same
-arithmetic, reassociated). Cost: O(K^3) for the inverse and O(M K^2) per weight, with all but
-O(M K * BLOCK) of it in BLAS. The scales (per channel, from the seed's rule) are unchanged:
+arithmetic, reassociated). Cost: O(2 K^3 / 3) for the factor of ``H^-1`` and O(M K^2) per
+weight, with all but O(M K * BLOCK) of it in BLAS. The scales (per channel, from the seed's rule) are unchanged:
 only which integer each weight gets changes.
 """
 
@@ -27,7 +27,7 @@ from corefold.ir import Node
 from corefold.passes.quantize.params import QuantParams
 
 #: columns per lazy-update block
-BLOCK = 128
+BLOCK = 64
 
 
 def weight_matrix(node: Node, w: np.ndarray) -> np.ndarray:
@@ -47,21 +47,46 @@ def _from_matrix(node: Node, m: np.ndarray, shape: tuple) -> np.ndarray:
     return m.T
 
 
+def inverse_cholesky_upper(h: np.ndarray) -> np.ndarray:
+    """The upper Cholesky factor ``U`` of ``h^-1`` (``h^-1 = U^T U``) without forming ``h^-1``.
+
+    With ``J`` the reversal permutation and ``J h J = L L^T``, ``U = J L^-1 J``: one Cholesky
+    and one triangular inverse, O(2 K^3 / 3) instead of O(4 K^3 / 3) for inverse then
+    Cholesky.
+
+    Raises:
+        np.linalg.LinAlgError: ``h`` is not positive definite.
+    """
+    from scipy.linalg import lapack
+
+    rev = np.ascontiguousarray(h[::-1, ::-1])
+    low, info = lapack.dpotrf(rev, lower=1, clean=1, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("not positive definite")
+    inv, info = lapack.dtrtri(low, lower=1, overwrite_c=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("singular factor")
+    return np.ascontiguousarray(inv[::-1, ::-1])
+
+
 def gptq_integers(w: np.ndarray, h: np.ndarray, scale: np.ndarray, qmin: int, qmax: int,
                   damp: float = 0.01, block: int = BLOCK) -> np.ndarray:
-    """Integers for ``w`` (M x K) with per-row ``scale`` minimising ``tr(E H E^T)`` greedily."""
-    w = np.array(w, dtype=np.float64)
+    """Integers for ``w`` (M x K) with per-row ``scale`` minimising ``tr(E H E^T)`` greedily.
+
+    The factorisation is in float64; the column sweep in float32 (as the reference GPTQ).
+    """
+    w = np.array(w, dtype=np.float32)
     h = np.array(h, dtype=np.float64)
     k = w.shape[1]
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     h[np.diag_indices(k)] += damp * float(np.mean(np.diag(h)))
+    s = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (w.shape[0],))[:, None]
     try:
-        hinv = np.linalg.cholesky(np.linalg.inv(h)).T
+        hinv = inverse_cholesky_upper(h).astype(np.float32)
     except np.linalg.LinAlgError:
-        return np.clip(np.rint(w / scale[:, None]), qmin, qmax)
-    s = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (w.shape[0],))[:, None]
+        return np.clip(np.rint(w / s), qmin, qmax)
     q = np.empty_like(w)
     for i1 in range(0, k, block):
         i2 = min(i1 + block, k)
@@ -81,18 +106,19 @@ def gptq_integers(w: np.ndarray, h: np.ndarray, scale: np.ndarray, qmin: int, qm
 
 
 def layer_error(w: np.ndarray, q: np.ndarray, scale: np.ndarray, h: np.ndarray) -> float:
-    """``tr(E H E^T)`` with ``E = w - scale * q`` (rows scaled). O(M K^2)."""
-    e = w - q * scale[:, None]
-    return float(np.sum((e @ h) * e))
+    """``tr(E H E^T)`` with ``E = w - scale * q`` (rows scaled), in float32 BLAS. O(M K^2)."""
+    e = (w - q * scale[:, None]).astype(np.float32)
+    return float(np.sum((e @ h.astype(np.float32)) * e, dtype=np.float64))
 
 
 def round_weights(plan: dict[str, QuantParams], nodes: dict[str, Node], hessians: dict[str, np.ndarray],
                   consts: dict[str, np.ndarray], cache: dict | None = None) -> dict[str, QuantParams]:
     """``plan`` with GPTQ integers for every weight of ``nodes`` that has a Hessian.
 
-    A weight keeps nearest rounding unless GPTQ's layer error ``tr(E H E^T)`` is lower, or
-    when its per-channel axis is not the output rows. ``cache`` (weight, bits, scales) ->
-    integers spares mixed precision from rounding a weight twice at the same width.
+    A weight keeps nearest rounding when GPTQ's layer error ``tr(E H E^T)`` is not lower,
+    or when its per-channel axis is not the output rows.
+    ``cache`` (weight, bits, scales) -> integers spares mixed precision from rounding a
+    weight twice at the same width.
     """
     out = dict(plan)
     cache = {} if cache is None else cache

@@ -70,25 +70,76 @@ def _is_float(v: Value | None) -> bool:
     return v is not None and np.issubdtype(v.dtype, np.floating)
 
 
-def _fused_activation(v: Value, graph_outputs: set[Value]) -> Node | None:
-    """The ReLU / Clip(min >= 0) that is ``v``'s only reader, if any."""
+#: elementwise operators an activation region may hold (beyond the seed's ReLU / Clip):
+#: each output element depends on the same element of its data inputs, and constants broadcast
+ELEMENTWISE = frozenset({"Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Tanh", "Erf", "Gelu",
+                         "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Add", "Sub", "Mul", "Div", "Pow",
+                         "Sqrt", "Exp", "Abs", "Neg", "Max", "Min", "Identity"})
+#: the largest activation region fused (SiLU is 2 nodes, an exported GELU 5)
+MAX_REGION = 16
+
+
+def _seed_activation(node: Node) -> bool:
+    """ReLU, or Clip with a constant lower bound >= 0: the seed's fused activations (SPEC M5 §1)."""
+    if node.op_type == "Relu":
+        return True
+    if node.op_type == "Clip" and len(node.inputs) > 1 and node.inputs[1] is not None \
+            and node.inputs[1].const is not None:
+        return float(np.asarray(node.inputs[1].const).reshape(-1)[0]) >= 0
+    return False
+
+
+def activation_region(v: Value, graph_outputs: set[Value], general: bool = True) -> tuple[list[Node], Value] | None:
+    """The activation fused after ``v``'s producer, as (its nodes, the one tensor it stores).
+
+    The seed's rule (``general`` False): ``v``'s only reader is a ReLU or a Clip with min >= 0,
+    and the producer fuses activations (conv, matmul, gemm, add, normalisation). Beyond the
+    seed (``general``): the largest set of :data:`ELEMENTWISE` nodes fed only by ``v``, each
+    other and constants, with ``v``'s shape, from which exactly one tensor leaves (SiLU =
+    Sigmoid + Mul, GELU, HardSwish, bias + activation...). Only that tensor is stored; ``v``
+    and the tensors inside are the accumulator's float values on the vector unit.
+    Returns None when there is no such region. O(region size * readers).
+    """
     if v in graph_outputs or v.producer is None:
         return None
-    readers = v.consumers()
     q = quant_of(v.producer)
-    if len(readers) != 1 or q is None or not q.fuses_activation:
+    if q is None or not q.fuses_activation:
         return None
-    r = readers[0]
-    if r.op_type == "Relu":
-        return r
-    if r.op_type == "Clip" and len(r.inputs) > 1 and r.inputs[1] is not None and r.inputs[1].const is not None:
-        if float(np.asarray(r.inputs[1].const).reshape(-1)[0]) >= 0:
-            return r
-    return None
+    if not general:
+        readers = v.consumers()
+        if len(readers) == 1 and _seed_activation(readers[0]):
+            return [readers[0]], readers[0].outputs[0]
+        return None
+    inside: set[Value] = {v}
+    region: list[Node] = []
+    grew = True
+    while grew and len(region) < MAX_REGION:
+        grew = False
+        for t in list(inside):
+            for n in t.consumers():
+                if n in region or n.op_type not in ELEMENTWISE or len(n.outputs) != 1:
+                    continue
+                out = n.outputs[0]
+                if not _is_float(out) or tuple(out.shape or ()) != tuple(v.shape or ()):
+                    continue
+                if all(x is None or x.const is not None or x in inside for x in n.inputs):
+                    region.append(n)
+                    inside.add(out)
+                    grew = True
+    members = set(region)
+    leaving = [t for t in inside if t in graph_outputs or any(c not in members for c in t.consumers())]
+    if len(leaving) != 1 or leaving[0] is v:
+        # the seed's rule still applies where the general region does not
+        return activation_region(v, graph_outputs, general=False)
+    return region, leaving[0]
 
 
-def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: bool = False) -> Selection:
+def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: bool = False,
+                   fuse_activations: bool = True) -> Selection:
     """Which tensors to quantize and how they are tied (see the module docstring).
+
+    ``fuse_activations`` fuses any elementwise activation region (:func:`activation_region`);
+    False keeps to the seed's ReLU / Clip(min >= 0).
 
     With ``quantize_outputs`` False, graph outputs stay float: they leave the chip, so the
     producing op's int32 accumulator is dequantized (scaled) instead of being rounded to
@@ -113,7 +164,23 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
             parent[rb] = ra
 
     acts: dict[str, None] = {}
-    for node in graph.topological_order():
+    order = graph.topological_order()
+    fused: set[Node] = set()  # nodes inside an activation region: their inputs are not stored
+    for node in order:
+        q = quant_of(node)
+        if q is None or not q.fuses_activation or not quantizable(node):
+            continue
+        for v in node.outputs:
+            found = activation_region(v, outs, fuse_activations) if _is_float(v) else None
+            if found is None:
+                continue
+            region, stored = found
+            names = ", ".join(f"{n.op_type} '{n.name}'" for n in region[:3]) + (" ..." if len(region) > 3 else "")
+            for t in [v] + [n.outputs[0] for n in region]:
+                if t is not stored:
+                    sel.skipped[t.name] = f"fused with its activation ({names}); '{stored.name}' is stored"
+            fused.update(region)
+    for node in order:
         if not quantizable(node):
             continue
         q = quant_of(node)
@@ -121,6 +188,8 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
         for i, v in enumerate(node.inputs):
             if not _is_float(v) or i in params:
                 continue
+            if node in fused and (v.const is not None or v.name in sel.skipped):
+                continue  # the activation's own constants and inputs stay float
             if v.const is not None:
                 if q.bias is not None and i == q.bias:
                     continue  # handled below once x and w are known
@@ -129,18 +198,10 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
                 if v.name in sel.weights and sel.weights[v.name] != axis:
                     axis = None  # read by two ops wanting different axes: per tensor
                 sel.weights[v.name] = axis
-            else:
-                act = _fused_activation(v, outs)
-                if act is not None and act in graph and node is act:
-                    sel.skipped[v.name] = f"fused with its {act.op_type} '{act.name}'"
-                    continue
+            elif v.name not in sel.skipped:
                 acts[v.name] = None
         for v in node.outputs:
-            if not _is_float(v):
-                continue
-            act = _fused_activation(v, outs)
-            if act is not None:
-                sel.skipped[v.name] = f"fused with its {act.op_type} '{act.name}'"
+            if not _is_float(v) or v.name in sel.skipped:
                 continue
             if v in outs and not quantize_outputs:
                 sel.skipped[v.name] = "graph output: dequantized from the accumulator, not rounded to n bits"

@@ -37,6 +37,10 @@ class QuantizeSettings:
         percentile: the percentile of |x| for ``calibration=percentile``.
         unsigned_rule: the seed's rule, unsigned iff min >= 0 (False: symmetric only, an
             ablation).
+        fuse_activations: beyond the seed's fused conv + ReLU / Clip(min >= 0): any chain of
+            elementwise operators after a conv, matmul, gemm, add or normalisation that only
+            it feeds and that one tensor leaves (SiLU, GELU, HardSwish, bias + activation) is
+            fused, so only that tensor is stored. False: the seed's rule alone.
         softmax_margin: a tensor read only by Softmax is clipped at most this far below its
             maximum (softmax is shift-invariant: masked scores need no levels); None: off.
         target_sqnr_db: raise the widths of the most sensitive tensors (4 -> 8 -> 16) until
@@ -58,6 +62,7 @@ class QuantizeSettings:
     calibration: Literal["minmax", "percentile", "mse"] = "mse"
     percentile: float = 99.99
     unsigned_rule: bool = True
+    fuse_activations: bool = True
     softmax_margin: float | None = 20.0
     target_sqnr_db: float | None = None
     engine: Literal["corefold", "onnxruntime"] = "corefold"
@@ -68,14 +73,14 @@ class QuantizeSettings:
 
     #: fast: min/max on at most 32 batches, nearest rounding; strong: default plus 16-bit
     #: raising to 40 dB; seed: the seed's literal rule (SPEC M5): min/max calibration,
-    #: per-tensor scales, unsigned iff min >= 0 else symmetric, no GPTQ, no MSE clipping,
-    #: no softmax clipping, no mixed precision
+    #: per-tensor scales, unsigned iff min >= 0 else symmetric, conv + ReLU/Clip fusion only,
+    #: no GPTQ, no MSE clipping, no softmax clipping, no mixed precision
     PRESETS: ClassVar[dict[str, dict]] = {
         "fast": {"calibration": "minmax", "max_batches": 32, "weight_rounding": "nearest"},
         "default": {},
         "strong": {"target_sqnr_db": 40.0},
         "seed": {"calibration": "minmax", "per_channel": False, "weight_rounding": "nearest",
-                 "softmax_margin": None, "target_sqnr_db": None},
+                 "fuse_activations": False, "softmax_margin": None, "target_sqnr_db": None},
     }
 
     @property
