@@ -336,6 +336,9 @@ ZOO = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "c
        "shufflenet_v2_x1_0", "deeplabv3_mobilenet", "vit_b_16", "bert", "gpt2")
 #: sequence length of the transformers models
 ZOO_SEQ = 16
+#: how the zoo's weights are set (part of the cache key): seeded default initialisation,
+#: zero-initialised Linear layers redrawn, BatchNorm statistics from 4 training-mode passes
+ZOO_PROTOCOL = "init2"
 
 
 def _zoo_module(name: str, image: int):
@@ -387,6 +390,24 @@ def _zoo_module(name: str, image: int):
         model = tvm.vit_b_16(weights=None, image_size=image)
     else:
         model = getattr(tvm, name)(weights=None)
+    gen = torch.Generator().manual_seed(2)
+    for mod in model.modules():
+        # torchvision zero-initialises ViT's head: its output would be 0 whatever the input
+        if isinstance(mod, torch.nn.Linear) and not mod.weight.detach().any():
+            torch.nn.init.normal_(mod.weight, std=0.02, generator=gen)
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if bns:
+        # NOTE: BatchNorm statistics of the seeded weights from 4 training-mode passes over
+        # seeded random images (cumulative averages), as training would set them: activations
+        # keep their scale through the network instead of dying, as they do with the default
+        # running statistics (mean 0, variance 1), where the output is the last bias alone
+        for bn in bns:
+            bn.momentum = None
+            bn.reset_running_stats()
+        model.train()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(8, 3, image, image, generator=gen))
     x = torch.rand(1, 3, image, image, generator=torch.Generator().manual_seed(1))
     return model.eval(), (x,), ["image"]
 
@@ -420,7 +441,7 @@ def zoo_model(name: str, dynamo: bool, image: int = 64, cache: Path | None = Non
     cache = cache or Path(__file__).resolve().parent.parent / "build" / "torch_zoo"
     cache.mkdir(parents=True, exist_ok=True)
     size = f"seq{ZOO_SEQ}" if name in ("bert", "gpt2") else f"{image}px"
-    path = cache / f"{name}-{'dynamo' if dynamo else 'script'}-{size}-{zoo_versions()}.onnx"
+    path = cache / f"{name}-{'dynamo' if dynamo else 'script'}-{size}-{ZOO_PROTOCOL}-{zoo_versions()}.onnx"
     if path.exists():
         return path
     model, args, names = _zoo_module(name, image)
@@ -429,17 +450,20 @@ def zoo_model(name: str, dynamo: bool, image: int = 64, cache: Path | None = Non
     # NOTE: the fused attention fast path (aten::_native_multi_head_attention) has no ONNX
     # symbolic in the TorchScript exporter; the unfused path exports the same arithmetic
     torch.backends.mha.set_fastpath_enabled(False)
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
-        warnings.simplefilter("ignore")
-        if dynamo:
-            prog = torch.onnx.export(model, args, input_names=names, output_names=["output"], dynamo=True,
-                                     external_data=False, verbose=False)
-            prog.save(str(tmp))
-        else:
-            torch.onnx.export(model, args, str(tmp), input_names=names, output_names=["output"], dynamo=False,
-                              opset_version=17)
-    torch.backends.mha.set_fastpath_enabled(fastpath)
-    os.replace(tmp, path)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+            warnings.simplefilter("ignore")
+            if dynamo:
+                prog = torch.onnx.export(model, args, input_names=names, output_names=["output"], dynamo=True,
+                                         external_data=False, verbose=False)
+                prog.save(str(tmp))
+            else:
+                torch.onnx.export(model, args, str(tmp), input_names=names, output_names=["output"], dynamo=False,
+                                  opset_version=17)
+        os.replace(tmp, path)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -25,7 +25,7 @@ assignment of widths (mixed precision asks for several). O(tensors * bins) per p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -203,23 +203,44 @@ def histogram_percentile(h: "RunningHistogram", q: float) -> float:
 
 
 def mse_magnitude(h: "RunningHistogram", qmax: int, candidates: int = 512) -> float:
-    """The clipping magnitude minimising the expected squared error (module docstring)."""
+    """The clipping magnitude minimising the expected squared error (module docstring).
+
+    Where a quantization step spans at least 4 histogram bins, the error inside the range is
+    the rounding error of each bin's centre, ``(c - Delta round(c / Delta))^2``, plus the
+    bins' own width ``w^2 / 12``, rather than the uniform ``Delta^2 / 12``: exact zeros (ReLU)
+    and peaked tensors (bias-dominated outputs) then choose the step that fits their values.
+    O(candidates * bins).
+    """
     if h.top == 0.0 or h.counts.sum() == 0:
         return 0.0
     c = h.counts.astype(np.float64)
-    centers = (np.arange(h.bins) + 0.5) * (h.top / h.bins)
+    width = h.top / h.bins
+    centers = (np.arange(h.bins) + 0.5) * width
     # suffix sums of n, n*x, n*x^2 from bin j on
     s0 = np.cumsum(c[::-1])[::-1]
     s1 = np.cumsum((c * centers)[::-1])[::-1]
     s2 = np.cumsum((c * centers**2)[::-1])[::-1]
-    # candidate m = upper edge of bin j-1 (bins >= j are clipped)
-    js = np.unique(np.linspace(h.bins // candidates or 1, h.bins, candidates).astype(np.int64))
-    m = js * (h.top / h.bins)
-    inside = np.concatenate([[0.0], np.cumsum(c)])[js]
-    tail0 = np.append(s0, 0.0)[js]
-    tail1 = np.append(s1, 0.0)[js]
-    tail2 = np.append(s2, 0.0)[js]
-    err = inside * (m / qmax) ** 2 / 12.0 + (tail2 - 2 * m * tail1 + m**2 * tail0)
+    # candidate m = upper edge of bin j-1 (bins >= j are clipped); up to 10% beyond the
+    # largest value, where a slightly coarser step can fit peaked values better
+    js = np.unique(np.linspace(h.bins // candidates or 1, h.bins * 1.1, candidates).astype(np.int64))
+    m = js * width
+    jc = np.minimum(js, h.bins)
+    inside = np.concatenate([[0.0], np.cumsum(c)])[jc]
+    tail0 = np.append(s0, 0.0)[jc]
+    tail1 = np.append(s1, 0.0)[jc]
+    tail2 = np.append(s2, 0.0)[jc]
+    step = m / qmax
+    err = inside * step**2 / 12.0 + (tail2 - 2 * m * tail1 + m**2 * tail0)
+    fine = np.flatnonzero(step >= 4 * width)
+    if fine.size:
+        used = np.flatnonzero(c)
+        cu, nu = centers[used], c[used]
+        for chunk in np.array_split(fine, max(1, fine.size * used.size // 2**20)):
+            d = step[chunk, None]
+            r = cu[None, :] - d * np.rint(cu[None, :] / d)
+            inside_bins = used[None, :] < js[chunk, None]
+            exact = np.sum(np.where(inside_bins, nu * (r * r + width * width / 12.0), 0.0), axis=1)
+            err[chunk] = exact + (tail2 - 2 * m * tail1 + m**2 * tail0)[chunk]
     return float(m[int(np.argmin(err))])
 
 
@@ -235,7 +256,7 @@ def clip_magnitude(stats: "TensorStats", method: str, qmax: int, percentile: flo
     if method == "percentile":
         return min(full, histogram_percentile(stats.histogram, percentile))
     if method == "mse":
-        return min(full, mse_magnitude(stats.histogram, qmax))
+        return min(1.1 * full, mse_magnitude(stats.histogram, qmax))
     raise ValueError(f"unknown calibration method {method!r} (minmax, percentile or mse)")
 
 
@@ -309,8 +330,34 @@ class Planner:
         for w in self.sel.weights:
             plan[w] = self._weight(w, bits.get(w, st.weight_width))
         for b, (x, w) in self.sel.biases.items():
-            plan[b] = bias_params(self.by_name[b].const, plan[x], plan[w])
+            const = self.by_name[b].const
+            plan[w] = fit_bias(const, plan[x], plan[w])
+            plan[b] = bias_params(const, plan[x], plan[w])
         return plan
+
+
+#: a bias integer stays below 2^30 in magnitude, leaving the int32 accumulator headroom
+BIAS_LIMIT = float(2**30)
+
+
+def fit_bias(const: np.ndarray, px: QuantParams, pw: QuantParams) -> QuantParams:
+    """``pw`` with its scale widened where the bias would not fit int32 at ``s_x * s_w``.
+
+    A bias is stored as ``round(b / (s_x s_w))``; where the input's range is tiny against the
+    bias (dead channels of a randomly initialised or pruned network), that integer exceeds
+    int32 and would be clipped, losing the output entirely (DeepLabV3 measured 0 dB). The
+    weight's scale grows to ``|b| / (s_x * BIAS_LIMIT)`` there instead (as ONNX Runtime's
+    quantizer does): its integers use less of their range on those channels only.
+    """
+    sx = float(np.max(px.onnx_scale))
+    need = np.abs(np.asarray(const, np.float64)) / (sx * BIAS_LIMIT) if sx > 0 else np.zeros(np.shape(const))
+    if pw.axis is None:
+        need = np.max(need, initial=0.0)
+    sw = (1.0 / np.asarray(pw.k, np.float64))
+    if np.all(sw >= need):
+        return pw
+    k = 1.0 / np.maximum(sw, need)
+    return replace(pw, k=k, source=pw.source + ", widened for an int32 bias")
 
 
 def bias_params(const: np.ndarray, px: QuantParams, pw: QuantParams) -> QuantParams:
