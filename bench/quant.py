@@ -250,14 +250,14 @@ def zoo(args, tmp):
     names = [n for n in (args.zoo.split(",") if args.zoo else quant_models.ZOO)]
     exporters = {"script": False, "dynamo": True}
     rows = []
-    print(f"\n== zoo: {args.zoo_calib} calibration / {args.zoo_eval} evaluation samples, {args.bits} bits, "
-          f"images {args.image}px (vit_b_16: {args.vit_image}px), sequences {quant_models.ZOO_SEQ} ==")
+    print(f"\n== zoo ({args.zoo_protocol} weights): {args.zoo_calib} calibration / {args.zoo_eval} evaluation samples, "
+          f"{args.bits} bits, images {args.image}px (vit_b_16: {args.vit_image}px), sequences {quant_models.ZOO_SEQ} ==")
     print(f"{'model':<22}{'exporter':<9}{'corefold dB':>12}{'ORT dB':>9}{'diff':>7}{'cf s':>8}{'ORT s':>8}")
     for name in names:
         for exp in args.exporters.split(","):
             image = args.vit_image if name == "vit_b_16" else args.image
             try:
-                src = str(quant_models.zoo_model(name, exporters[exp], image=image))
+                src = str(quant_models.zoo_model(name, exporters[exp], image=image, protocol=args.zoo_protocol))
             except Exception as exc:  # noqa: BLE001 - a bench row reports the failure and goes on
                 print(f"{name:<22}{exp:<9} EXPORT FAILED: {type(exc).__name__}: {str(exc)[:100]}")
                 continue
@@ -294,12 +294,14 @@ def zoo(args, tmp):
 def corefold_zoo_quantize(graph, dst: str, calib: list[dict[str, np.ndarray]], args) -> None:
     from corefold.frontend.onnx import save_model
     from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.settings import override
 
     with tempfile.TemporaryDirectory() as t:
         npz = os.path.join(t, "calib.npz")
         np.savez(npz, **{k: np.concatenate([f[k] for f in calib]) for k in calib[0]})
         data = load_calibration(npz, graph)
-        quantize_graph(graph, data, QuantizeSettings(bits=args.bits, engine=args.zoo_engine), progress=False)
+        settings = override(QuantizeSettings(bits=args.bits, engine=args.zoo_engine), args.set or [])
+        quantize_graph(graph, data, settings, progress=False)
     save_model(graph, dst)
 
 
@@ -321,8 +323,12 @@ def main() -> int:
     ap.add_argument("--vit-image", type=int, default=64, help="vit_b_16 image side (224: the timing goal)")
     ap.add_argument("--zoo-calib", type=int, default=4, help="zoo calibration samples")
     ap.add_argument("--zoo-eval", type=int, default=4, help="zoo evaluation samples")
+    ap.add_argument("--zoo-protocol", default="init", choices=quant_models.ZOO_PROTOCOLS,
+                    help="how the zoo's seeded weights are set (quant_models.ZOO_PROTOCOLS; default init, as issue 9)")
     ap.add_argument("--zoo-engine", default="corefold", choices=["corefold", "onnxruntime"],
                     help="corefold's calibration engine on the zoo (default: corefold, as the CLI)")
+    ap.add_argument("--set", action="append", metavar="NAME=VALUE",
+                    help="a QuantizeSettings field for corefold on the zoo (repeatable; an ablation)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ort-no-fusion", action="store_true",
                     help="evaluate every model with ORT's graph optimisations off (QDQ reference semantics)")
