@@ -79,12 +79,12 @@ def test_not_onnx_and_truncated_files(tmp_path):
 
 
 def test_unsupported_operator_names_node_and_op(tmp_path):
-    node = helper.make_node("Einsum", ["x", "x"], ["y"], name="the_einsum", equation="ij,ij->ij")
+    node = helper.make_node("NonZero", ["x"], ["y"], name="the_nonzero")
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
-    path = tmp_path / "einsum.onnx"
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    path = tmp_path / "nonzero.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    assert_one_line_error(corefold("run", str(path)), "the_einsum", "Einsum")
+    assert_one_line_error(corefold("run", str(path)), "the_nonzero", "NonZero")
 
 
 def _dynamic_model(path: Path) -> None:

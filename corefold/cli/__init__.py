@@ -47,6 +47,9 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
     ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
     ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),
+    ("compile", "corefold.cli.compile", "ONNX to a build: quantize, split, serial partitioning (M1), lower, link"),
+    ("sim", "corefold.cli.sim", "run an executable (.cfx) or a build folder as the chip would: outputs, latency, "
+                                "traffic, trace"),
 ]
 
 

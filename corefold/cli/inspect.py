@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from corefold.cli.common import add_shape_argument, add_target_argument, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    add_target_argument,
+    shape_bindings,
+    value_bindings,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from corefold.target import load_target
 
     target = load_target(args.target)
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     gc = graph_cost(graph, target)
     params_by_op: dict[str, int] = {}
     act_by_op: dict[str, int] = {}

@@ -6,7 +6,10 @@ import argparse
 import sys
 import time
 
-from corefold.cli.common import add_target_argument
+from corefold.cli.common import add_target_argument, non_negative_int
+
+#: the largest mesh ``--mesh`` accepts (a million cores; real chips have thousands)
+MAX_MESH_CORES = 1 << 20
 
 
 def _mesh(text: str) -> tuple[int, int]:
@@ -17,6 +20,9 @@ def _mesh(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"--mesh {text!r}: expected WxH, e.g. 9x9") from None
     if not sep or min(dims) < 1:
         raise argparse.ArgumentTypeError(f"--mesh {text!r}: expected WxH with positive sizes")
+    if dims[0] * dims[1] > MAX_MESH_CORES:
+        raise argparse.ArgumentTypeError(f"--mesh {text!r}: {dims[0] * dims[1]:,} cores; at most "
+                                         f"{MAX_MESH_CORES:,} are supported")
     return dims
 
 
@@ -30,6 +36,20 @@ def _positive(text: str) -> int:
     return v
 
 
+class _HelpSettings(argparse.Action):
+    """``--help-settings``: print every mapper setting with its default and meaning, and exit."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from corefold.mapping.settings import MapSettings
+        from corefold.settings import describe
+
+        print(describe(MapSettings))
+        parser.exit(0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topology", metavar="TOPOLOGY",
                         help="topology file: archive .zip, CSR .npz or edge list")
@@ -40,9 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mesh", type=_mesh, metavar="WxH", help="override: one chip of W x H cores")
     parser.add_argument("--neurons-per-core", type=_positive, metavar="N", help="override the neuron capacity")
     parser.add_argument("--synapses-per-core", type=_positive, metavar="S", help="override the synapse capacity")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    parser.add_argument("--preset", default="default", choices=["fast", "default", "strong", "seed"],
-                        help="mapper settings preset (default: default)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--preset", default="default", choices=["default", "fast", "strong", "seed"],
+                        help="mapper settings preset (default: default; seed = the seed's order of phases)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
+                        help="set one mapper setting (repeatable), after the preset; see --help-settings")
+    parser.add_argument("--help-settings", action=_HelpSettings,
+                        help="list every mapper setting (the spec's parameters among them) and exit")
     parser.add_argument("--threads", type=_positive, metavar="N",
                         help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
@@ -73,8 +97,8 @@ def load_any_topology(path: str):
         raise CorefoldError(f"topology '{path}': cannot read as CSR .npz ({exc})") from None
 
 
-def draw_heatmap(links, path: str) -> None:
-    """Max of the four directed link loads at each core, as an image.
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend.
 
     Raises:
         CorefoldError: matplotlib is not installed.
@@ -88,7 +112,16 @@ def draw_heatmap(links, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise CorefoldError("--heatmap needs matplotlib: pip install 'corefold[plot]'") from None
-    from corefold.cli.common import atomic_output
+    return plt
+
+
+def draw_heatmap(links, path: str) -> None:
+    """Max of the four directed link loads at each core, written as a PNG to ``path``.
+
+    Raises:
+        CorefoldError: matplotlib is not installed.
+    """
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 5))
     im = ax.imshow(links.max(axis=2), origin="lower", cmap="inferno")
@@ -96,8 +129,7 @@ def draw_heatmap(links, path: str) -> None:
     ax.set_ylabel("y (core)")
     ax.set_title("max outgoing link load per core (XY routing)")
     fig.colorbar(im, ax=ax, label="traffic")
-    with atomic_output(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
+    fig.savefig(path, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -106,13 +138,20 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from corefold.cli.common import atomic_output
+    from corefold.io import atomic_outputs, check_outputs
     from corefold.mapping import objectives
     from corefold.mapping.mapper import core_capacities, map_topology
     from corefold.mapping.settings import MapSettings
+    from corefold.settings import override
     from corefold.target import load_target
 
+    check_outputs([("-o", args.output), ("--heatmap", args.heatmap)], inputs=[args.topology])
+    if args.heatmap:
+        _pyplot()  # fail before the work when matplotlib is missing
     t0 = time.perf_counter()
+    settings = override(MapSettings.preset(args.preset), args.settings)
+    if args.threads:
+        settings = replace(settings, threads=args.threads)
     target = load_target(args.target)
     if args.mesh:
         target = target.with_mesh(*args.mesh)
@@ -123,23 +162,21 @@ def run(args: argparse.Namespace) -> int:
     caps = core_capacities(target)
     topo = load_any_topology(args.topology)
     progress = None if not args.no_progress else False
-    settings = MapSettings.preset(args.preset)
-    if args.threads:
-        settings = replace(settings, threads=args.threads)
     mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
     ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
                              target.mesh_height, target.interchip_hop_cost,
                              (target.neurons_per_core, target.synapses_per_core))
     elapsed = time.perf_counter() - t0
     fill = ev["fill"]
-    with atomic_output(args.output, suffix=".npz") as tmp:
-        with open(tmp, "wb") as f:
+    # the mapping and the heatmap appear together or not at all
+    with atomic_outputs([args.output] + ([args.heatmap] if args.heatmap else [])) as tmps:
+        with open(tmps[0], "wb") as f:
             np.savez(f, core_xy=mapping.core_xy.astype(np.int64), cut=ev["cut"], traffic=ev["traffic"],
                      lower_bound=ev["lower_bound"], max_link_load=ev["max_link_load"],
                      link_loads=ev["link_loads"], core_fill=fill, capacities=caps,
                      violations=ev["violations"], seconds=elapsed)
-    if args.heatmap:
-        draw_heatmap(ev["link_loads"], args.heatmap)
+        if args.heatmap:
+            draw_heatmap(ev["link_loads"], tmps[1])
     lb = ev["lower_bound"]
     print(f"mapped {topo.num_vertices} vertices ({int(topo.neuron_sizes.sum())} neurons, "
           f"{topo.num_edges} edges) onto {ev['cores_used']} cores of {target.name} "

@@ -14,7 +14,13 @@ import math
 import sys
 from dataclasses import replace
 
-from corefold.cli.common import add_shape_argument, atomic_outputs, check_outputs, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    atomic_outputs,
+    check_outputs,
+    shape_bindings,
+    value_bindings,
+)
 
 
 class _HelpSettings(argparse.Action):
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     out = str(args.output)
     report_path = (out[:-5] if out.endswith(".onnx") else out) + ".json"
     check_outputs([("-o", out), ("-o (report)", report_path)], inputs=[args.model, args.calib])
-    graph = load_model(args.model, shape_bindings(args))
+    graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     data = load_calibration(args.calib, graph)
     ctx = CompileContext(settings={"quantize": settings}, progress=not args.quiet, data={"calibration": data})
     graph = Pipeline([QuantizePass()]).run(graph, ctx).graph

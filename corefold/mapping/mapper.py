@@ -3,8 +3,8 @@
 Phases (SPEC M4), each with a progress bar on stderr:
 
 1. coarsen (:mod:`.partition.coarsen`) with heavy-edge matching;
-2. initial partition (:mod:`.partition.initial`) of the coarsest graph by recursive
-   greedy-growing bisection. Strategy ``topology`` (default) splits along the target
+2. initial partition (:mod:`.partition.recursive`) of the coarsest graph by recursive
+   greedy-growing bisection (:mod:`.partition.initial`). Strategy ``topology`` (default) splits along the target
    region, so every part is born on a core (dual recursive bisection); strategy ``seed``
    splits by part count and places afterwards;
 3. uncoarsen and refine (:mod:`.partition.refine`): project, repair capacities, refine
@@ -30,7 +30,7 @@ from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.partition.coarsen import coarsen, finest_level
 from corefold.mapping.partition.exchange import refine_with_exchanges
-from corefold.mapping.partition.initial import halves, recursive_bisection
+from corefold.mapping.partition.recursive import halves, recursive_bisection
 from corefold.mapping.partition.refine import refine, repair_capacity
 from corefold.mapping.place.force import improve_placement
 from corefold.mapping.place.initial import choose_region, place_groups, region_split
@@ -138,7 +138,7 @@ def _anneal_small(topo: Topology, target, settings: MapSettings, m: Mapping, rng
     refine_with_exchanges(*args, rng, settings.vertex_swap_rounds, settings.refine_passes,
                           settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
     m.core_xy = cores[part].astype(np.int64)
-    m.summary["traffic_estimate"] = float(objectives._edge_costs(level.indptr, level.indices, level.weights, part,
+    m.summary["traffic_estimate"] = float(objectives.edge_costs(level.indptr, level.indices, level.weights, part,
                                                                  dist)[1])
     m.summary.setdefault("time", {})["anneal_vertices"] = time.perf_counter() - t
 
@@ -207,7 +207,9 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
                                    rebalance_moves=settings.rebalance_moves, threads=settings.worker_threads(),
-                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance)
+                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance,
+                                   coarsest=settings.bisection_coarsest, max_levels=settings.max_levels,
+                                   expansion=settings.matching_rating == "expansion")
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -240,7 +242,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
             gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
                           settings.refine_passes, settings.debug)
             if settings.trace:
-                trace.append((lv.n, objectives._edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
+                trace.append((lv.n, objectives.edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
             bar.update(1)
     finest = levels[0]
     times["uncoarsen"] = time.perf_counter() - t
@@ -279,7 +281,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
         "coarsest_vertices": int(coarsest_vertices),
         "time": times,
         "trace": trace,
-        "traffic_estimate": float(objectives._edge_costs(finest.indptr, finest.indices, finest.weights, part, dist)[1]),
+        "traffic_estimate": float(objectives.edge_costs(finest.indptr, finest.indices, finest.weights, part, dist)[1]),
         "seconds": time.perf_counter() - t0,
     }
     return Mapping(core_xy, summary)

@@ -53,8 +53,9 @@ def hop_distance_matrix(xy: np.ndarray, mesh_width: int, mesh_height: int,
 
 
 @njit(cache=True, nogil=True)
-def _edge_costs(indptr, indices, weights, part, dist):
-    """(cut, D-weighted sum) over undirected edges; O(m)."""
+def edge_costs(indptr, indices, weights, part, dist):
+    """(cut, D-weighted sum) over undirected edges: the cut and, with D = hop distances
+    between the parts' cores, the hop-weighted traffic T. O(m)."""
     n = indptr.shape[0] - 1
     cut = 0.0
     cost = 0.0
@@ -68,16 +69,26 @@ def _edge_costs(indptr, indices, weights, part, dist):
     return 0.5 * cut, 0.5 * cost
 
 
+@njit(cache=True, nogil=True)
+def part_overflow(fill, caps, p, scale):
+    """Overflow of part ``p``: sum_d max(0, fill[p, d] - caps[p, d]) * scale[d]. O(dims)."""
+    o = 0.0
+    for d in range(fill.shape[1]):
+        if fill[p, d] > caps[p, d]:
+            o += (fill[p, d] - caps[p, d]) * scale[d]
+    return o
+
+
 def cut(topo: Topology, part: np.ndarray) -> float:
     """Weight of the edges whose ends lie in different parts. O(m)."""
     k = int(part.max()) + 1 if part.size else 1
-    return float(_edge_costs(topo.indptr, topo.indices, topo.weights, np.asarray(part, np.int64),
+    return float(edge_costs(topo.indptr, topo.indices, topo.weights, np.asarray(part, np.int64),
                              np.zeros((k, k)))[0])
 
 
 def part_costs(topo: Topology, part: np.ndarray, dist: np.ndarray) -> tuple[float, float]:
     """(cut, sum of w * dist[part u, part v]) for parts with a distance matrix. O(m)."""
-    return tuple(float(x) for x in _edge_costs(topo.indptr, topo.indices, topo.weights,
+    return tuple(float(x) for x in edge_costs(topo.indptr, topo.indices, topo.weights,
                                               np.asarray(part, np.int64), dist))
 
 

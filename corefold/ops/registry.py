@@ -55,8 +55,21 @@ def op(*op_types: str, **facets: Any) -> Callable[[Kernel], Kernel]:
     return register
 
 
+#: entries derived from others (``corefold.int`` from the float operators), made once every
+#: definition module has loaded
+_DERIVED: list[Callable[[dict[tuple[str, str], OpDef]], None]] = []
+
+
+def derive(fn: Callable[[dict[tuple[str, str], OpDef]], None]) -> Callable:
+    """Decorator: run ``fn(table)`` after every definition module has loaded, to define
+    entries that copy facets of others."""
+    _DERIVED.append(fn)
+    return fn
+
+
 def load_all() -> dict[tuple[str, str], OpDef]:
-    """Import every definition module once (they define on import) and return the table."""
+    """Import every definition module once (they define on import), make the derived
+    entries, and return the table."""
     global _LOADED
     if not _LOADED:
         with _LOCK:
@@ -66,6 +79,8 @@ def load_all() -> dict[tuple[str, str], OpDef]:
                 for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
                     if not mod.name.endswith("_test"):
                         importlib.import_module(f"{pkg.__name__}.{mod.name}")
+                for fn in _DERIVED:
+                    fn(TABLE)
                 _LOADED = True
     return TABLE
 

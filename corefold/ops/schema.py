@@ -86,6 +86,13 @@ class Emitter(Protocol):
 
     def is_used(self, onnx_name: str) -> bool: ...
 
+    def alias(self, onnx_name: str, value: Handle) -> None: ...
+
+    def inline(self, body: Any, inputs: Sequence[Handle | None], name: str) -> list[Handle]:
+        """Import subgraph ``body`` (an ONNX GraphProto, opaque here) in place with its inputs
+        bound to ``inputs``; returns its outputs (If branches, Loop and Scan bodies)."""
+        ...
+
 
 @dataclass
 class OnnxNode:

@@ -61,6 +61,27 @@ def _prelu_normalise(imp, n):
     imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
 
 
+def narrow_float(dtype: np.dtype) -> bool:
+    """float16, bfloat16, float8, float6 and float4 (ml_dtypes' are kind 'V', like int4)."""
+    return dtype == np.float16 or dtype.name.startswith(("bfloat16", "float8", "float6", "float4"))
+
+
+def _widened(kernel):
+    """Run ``kernel`` in float32 on floats narrower than float32 (float16, bfloat16, float8)
+    and round the result once, as ONNX Runtime computes half-precision activations; scipy's
+    special functions have no half-precision loops at all."""
+
+    def run(attrs, inputs):
+        x = inputs[0]
+        if narrow_float(x.dtype):
+            ys = kernel(attrs, [x.astype(np.float32)] + list(inputs[1:]))
+            return [np.asarray(y).astype(x.dtype) for y in ys]
+        return [np.asarray(y).astype(x.dtype, copy=False) for y in kernel(attrs, inputs)]
+
+    run.__name__, run.__doc__ = kernel.__name__, kernel.__doc__
+    return run
+
+
 def _f(x: np.ndarray, v: float):
     """``v`` as a scalar of ``x``'s dtype, so float32 stays float32."""
     return x.dtype.type(v)
@@ -88,11 +109,13 @@ def clip(attrs, inputs):
 
 
 @op("Sigmoid", **_act(10, Quant(COMPUTE, fixed_range(0.0, 1.0))))
+@_widened
 def sigmoid(attrs, inputs):
     return [scipy.special.expit(inputs[0])]
 
 
 @op("HardSigmoid", **_act(3, Quant(COMPUTE, fixed_range(0.0, 1.0))))
+@_widened
 def hard_sigmoid(attrs, inputs):
     """``max(0, min(1, alpha * x + beta))``, alpha 0.2 and beta 0.5 by default."""
     x = inputs[0]
@@ -101,6 +124,7 @@ def hard_sigmoid(attrs, inputs):
 
 
 @op("HardSwish", **_act(4, Quant(COMPUTE)))
+@_widened
 def hard_swish(attrs, inputs):
     """``x * max(0, min(1, x / 6 + 0.5))``."""
     x = inputs[0]
@@ -111,6 +135,7 @@ def hard_swish(attrs, inputs):
 
 
 @op("LeakyRelu", **_act(2, Quant(COMPUTE)))
+@_widened
 def leaky_relu(attrs, inputs):
     x = inputs[0]
     return [np.where(x >= 0, x, x * _f(x, attrs.get("alpha", 0.01)))]
@@ -124,12 +149,14 @@ def prelu(attrs, inputs):
 
 
 @op("Elu", **_act(1))
+@_widened
 def elu(attrs, inputs):
     x = inputs[0]
     return [np.where(x >= 0, x, _f(x, attrs.get("alpha", 1.0)) * np.expm1(x))]
 
 
 @op("Selu", **_act(1))
+@_widened
 def selu(attrs, inputs):
     x = inputs[0]
     alpha = _f(x, attrs.get("alpha", 1.67326319217681884765625))
@@ -138,28 +165,33 @@ def selu(attrs, inputs):
 
 
 @op("Softplus", **_act(1, Quant(FLOAT, NONNEG)))
+@_widened
 def softplus(attrs, inputs):
     x = inputs[0]
     return [np.logaddexp(_f(x, 0), x)]
 
 
 @op("Softsign", **_act(1))
+@_widened
 def softsign(attrs, inputs):
     x = inputs[0]
     return [x / (_f(x, 1) + np.abs(x))]
 
 
 @op("Tanh", **_act(10, Quant(COMPUTE)))
+@_widened
 def tanh(attrs, inputs):
     return [np.tanh(inputs[0])]
 
 
 @op("Erf", **_act(10, Quant(COMPUTE)))
+@_widened
 def erf(attrs, inputs):
     return [scipy.special.erf(inputs[0])]
 
 
 @op("Gelu", **_act(1, Quant(COMPUTE)))
+@_widened
 def gelu(attrs, inputs):
     """Gelu (opset 20): exact ``x * Phi(x)``, or the tanh approximation."""
     x = inputs[0]

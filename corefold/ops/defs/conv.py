@@ -36,7 +36,8 @@ from corefold.ops.spatial import (
 
 
 # -- facets ------------------------------------------------------------------------------------------
-def _conv_infer(attrs, ins, consts):
+def conv_infer(attrs, ins, consts):
+    """Conv's output shape and dtype (input 0's) from the input and weight shapes."""
     (x, dt), (w, _) = ins[0], ins[1]
     if len(x) < 3 or len(w) != len(x):
         raise ValueError(f"input {list(x)} and weight {list(w)} do not fit a convolution")
@@ -104,16 +105,17 @@ def _conv_transpose_normalise(imp, n) -> None:
         kernel = n.attrs.get("kernel_shape", list(w[2:]))
         strides = n.attrs.get("strides", [1] * k)
         dil = n.attrs.get("dilations", [1] * k)
-        opad = n.attrs.get("output_padding", [0] * k)
+        opad = list(n.attrs.get("output_padding", [0] * k))
         if out_shape is None:
             out_shape = [x[2 + i] * strides[i] for i in range(k)]
         out_shape = list(out_shape)[-k:]
         begin, end = [], []
         for i in range(k):
             total = strides[i] * (x[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - out_shape[i]
-            if total < 0:
-                raise UnsupportedOpError(f"node '{n.name}' (ConvTranspose): output_shape {out_shape} needs "
-                                         "negative padding")
+            if total < 0:  # an output_shape past the full result: zero rows at the end, as ONNX Runtime
+                opad[i] -= total
+                n.attrs["output_padding"] = opad
+                total = 0
             if mode == "SAME_UPPER":
                 begin.append(total // 2)
                 end.append(total - total // 2)
@@ -124,7 +126,7 @@ def _conv_transpose_normalise(imp, n) -> None:
     imp.emit(n.op, n.inputs, n.attrs, n.outputs, n.name)
 
 
-CONV = dict(normalise=spatial_pads_normalise, infer=_conv_infer, cost=matrix(_conv_macs), split=conv_split,
+CONV = dict(normalise=spatial_pads_normalise, infer=conv_infer, cost=matrix(_conv_macs), split=conv_split,
             quant=Quant(COMPUTE, integer="linear", weights={1: lambda attrs, shape: 0}, bias=2,
                         fuses_activation=True),
             param_inputs=())

@@ -83,7 +83,15 @@ add = _binary("Add", np.add, **_elementwise(quant=Quant(COMPUTE, ALL_NONNEG, int
 sub = _binary("Sub", np.subtract, **_elementwise(quant=Quant(COMPUTE, integer="add")))
 mul = _binary("Mul", np.multiply, **_elementwise(quant=Quant(COMPUTE, ALL_NONNEG, integer="mul")))
 div = _binary("Div", _div, **_elementwise(quant=Quant(COMPUTE, ALL_NONNEG)))
-pow_ = _binary("Pow", np.power, **_elementwise(8, quant=Quant(COMPUTE, nonneg_if_data_inputs_are([0]))))
+def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """NumPy refuses integers to negative integer powers; ONNX Runtime computes them in
+    double and truncates (2 ** -1 = 0.5 -> 0), and so does this."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and b.size and np.min(b) < 0:
+        return np.power(a.astype(np.float64), b.astype(np.float64))
+    return np.power(a, b)
+
+
+pow_ = _binary("Pow", _pow, **_elementwise(8, quant=Quant(COMPUTE, nonneg_if_data_inputs_are([0]))))
 
 
 def _variadic(op_type: str, fn, **facets):

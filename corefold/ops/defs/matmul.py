@@ -29,7 +29,8 @@ def _gemm_infer(attrs, ins, consts):
     return [((m, n), dt)]
 
 
-def _matmul_infer(attrs, ins, consts):
+def matmul_infer(attrs, ins, consts):
+    """MatMul's output shape (NumPy matmul rules) and dtype (input 0's)."""
     (a, dt), (b, _) = ins[0], ins[1]
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
@@ -78,7 +79,7 @@ def _gemm_split(attrs, ins, outs, consts):
     return axes, True
 
 
-def _matmul_split(attrs, ins, outs, consts):
+def matmul_split(attrs, ins, outs, consts):
     """Batch dimensions and rows of A, then output columns, then the inner dimension (only
     for a 2-D B, the weight case)."""
     a, b = ins[0][0], ins[1][0]
@@ -107,7 +108,7 @@ GEMM = dict(normalise=_gemm_normalise, infer=_gemm_infer, cost=matrix(_gemm_macs
             quant=Quant(COMPUTE, integer="linear", weights={1: lambda attrs, shape: 0 if attrs.get("transB", 0) else 1},
                         bias=2, fuses_activation=True),
             param_inputs=())
-MATMUL = dict(normalise=AS_IS, infer=_matmul_infer, cost=matrix(_matmul_macs), split=_matmul_split,
+MATMUL = dict(normalise=AS_IS, infer=matmul_infer, cost=matrix(_matmul_macs), split=matmul_split,
               quant=Quant(COMPUTE, integer="linear", weights={1: lambda attrs, shape: len(shape) - 1},
                           fuses_activation=True),
               param_inputs=())
@@ -151,6 +152,99 @@ def gemm(attrs, inputs):
 def matmul(attrs, inputs):
     """NumPy ``matmul`` semantics, which are ONNX's (batched, broadcast, 1-D promotion)."""
     a, b = inputs[0], inputs[1]
-    if a.ndim >= 2 and b.ndim >= 2:
-        return [_product(a, b)]
-    return [np.matmul(packed(a), packed(b))]
+    y = _product(a, b) if a.ndim >= 2 and b.ndim >= 2 else np.matmul(packed(a), packed(b))
+    return [y.astype(a.dtype, copy=False)]  # ml_dtypes' bfloat16 matmul gives float32
+
+
+# -- Einsum ---------------------------------------------------------------------------------------------
+def _einsum_terms(equation: str, shapes) -> tuple[list[str], str, dict[str, int], tuple[int, ...]]:
+    """Parse ``equation`` against the input shapes: each input's letters (``...`` kept as
+    ``.``), the output letters (implicit form: the letters used once, alphabetically, after
+    the broadcast ``...`` dimensions), each letter's size and the ``...`` shape. O(letters).
+
+    Raises:
+        ValueError: the equation does not fit the shapes.
+    """
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"equation {equation!r} has {len(terms)} operands, the node {len(shapes)} inputs")
+    sizes: dict[str, int] = {}
+    ell: tuple[int, ...] = ()
+    parsed = []
+    for term, shape in zip(terms, shapes, strict=True):
+        t = term.replace("...", ".")
+        n_ell = len(shape) - (len(t) - t.count("."))
+        if t.count(".") > 1 or n_ell < 0 or ("." not in t and n_ell):
+            raise ValueError(f"term {term!r} does not fit shape {list(shape)}")
+        pos = 0
+        for ch in t:
+            if ch == ".":
+                part = tuple(shape[pos:pos + n_ell])
+                ell = tuple(np.broadcast_shapes(ell, part))
+                pos += n_ell
+                continue
+            d = shape[pos]
+            if ch in sizes and sizes[ch] != d and 1 not in (sizes[ch], d):
+                raise ValueError(f"letter {ch!r} has sizes {sizes[ch]} and {d}")
+            sizes[ch] = max(sizes.get(ch, d), d)
+            pos += 1
+        parsed.append(t)
+    if arrow:
+        out = rhs.replace("...", ".")
+    else:
+        once = sorted(ch for ch in sizes if lhs.count(ch) == 1)
+        out = ("." if "." in "".join(parsed) else "") + "".join(once)
+    return parsed, out, sizes, ell
+
+
+def _einsum_shape(attrs, shapes):
+    _, out, sizes, ell = _einsum_terms(str(attrs["equation"]), shapes)
+    shape: list[int] = []
+    for ch in out:
+        shape.extend(ell if ch == "." else (sizes[ch],))
+    return tuple(shape)
+
+
+def _einsum_infer(attrs, ins, consts):
+    return [(_einsum_shape(attrs, [t[0] for t in ins]), ins[0][1])]
+
+
+def _einsum_macs(attrs, ins, outs):
+    """One multiply-add per point of the full index space (every letter and ``...``)."""
+    _, _, sizes, ell = _einsum_terms(str(attrs["equation"]), [t[0] for t in ins])
+    return prod(list(sizes.values())) * prod(ell) * max(1, len(ins) - 1)
+
+
+def _einsum_split(attrs, ins, outs, consts):
+    """Any output letter (never a summed one, nor one repeated within an operand, a
+    diagonal): each operand holding it is cut on its axis."""
+    terms, out, sizes, _ = _einsum_terms(str(attrs["equation"]), [t[0] for t in ins])
+    if "." in out or any("." in t for t in terms):
+        return [], False
+    axes = []
+    for oa, ch in enumerate(out):
+        if sizes[ch] < 2 or any(t.count(ch) > 1 for t in terms):
+            continue
+        cut = []
+        for t, (shape, _) in zip(terms, ins, strict=True):
+            cut.append((t.index(ch), 1) if ch in t and shape[t.index(ch)] == sizes[ch] else None)
+        axes.append(SplitAxis("batch" if oa == 0 else f"axis{oa}", sizes[ch], tuple(cut), (oa, 1)))
+    return axes, False
+
+
+@op("Einsum", normalise=AS_IS, infer=_einsum_infer, cost=matrix(_einsum_macs), split=_einsum_split,
+    quant=Quant(COMPUTE), param_inputs=())
+def einsum(attrs, inputs):
+    """NumPy ``einsum`` (ONNX's semantics, ``...`` broadcasting included), contracted in
+    the cheapest order NumPy finds (BLAS for products); float16 and bfloat16 accumulate in
+    float32. O(the contraction's MACs)."""
+    eq = str(attrs["equation"]).replace(" ", "")
+    xs = list(inputs)
+    dt = xs[0].dtype
+    low = dt.kind != "f" and dt.kind not in "iub" or dt == np.float16
+    if low:
+        xs = [x.astype(np.float32) for x in xs]
+    y = np.einsum(eq, *xs, optimize=len(xs) > 1)
+    return [np.asarray(y).astype(dt, copy=False)]

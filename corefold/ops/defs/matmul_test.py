@@ -39,3 +39,29 @@ def test_single_value_operands(which):
     batched_a = np.broadcast_to(a, (2, 5, 7)) if which == "a" else randn(rng, 2, 5, 7)
     got = matmul({}, [batched_a, b])[0]
     np.testing.assert_allclose(got, np.matmul(np.ascontiguousarray(batched_a), np.ascontiguousarray(b)), rtol=1e-4, atol=1e-3)
+
+
+# -- Einsum ----------------------------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+from corefold.ops.facet_checks_test import check_facets  # noqa: E402
+from corefold.ops.onnx_cases_test import case_params, check_case, check_ort  # noqa: E402
+
+
+@pytest.mark.parametrize("case", case_params("einsum"))
+def test_onnx_node_case(case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]),
+    ("ii->i", [(4, 4)]), ("ij,ij->", [(3, 4), (3, 4)]), ("...ij,...jk", [(2, 3, 4), (2, 4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 4, 8), (2, 3, 5, 8)]), ("i,j->ij", [(3,), (4,)]), ("ij", [(3, 4)]),
+    ("abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]), ("i...->...", [(3, 4, 5)]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_einsum(equation, shapes, dtype):
+    rng = np.random.default_rng(0)
+    xs = [rng.integers(-4, 5, s).astype(dtype) for s in shapes]
+    check_ort("Einsum", xs, {"equation": equation})
+    check_facets("Einsum", xs, {"equation": equation})

@@ -66,3 +66,79 @@ def test_windows_is_the_strided_sliding_window_view():
         assert got.shape == ref.shape and np.array_equal(got, ref) and not got.flags.writeable
     with pytest.raises(ValueError):
         windows(xp, (3, 3), (1, 1), (1, 1), (12, 9))
+
+
+# -- MaxPool's Indices, LpPool, GlobalLpPool, MaxUnpool ----------------------------------------------
+from corefold.ops.facet_checks_test import check_facets  # noqa: E402
+from corefold.ops.onnx_cases_test import case_params, check_case, check_ort  # noqa: E402
+
+
+@pytest.mark.parametrize("case", case_params("maxpool", "lppool", "maxunpool", "globalmaxpool", "averagepool"))
+def test_onnx_node_case(case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("attrs", CASES[:7] + CASES[10:])
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_max_pool_indices(attrs, storage_order):
+    rng = np.random.default_rng(6)
+    x = rng.integers(-4, 4, (2, 3, 11, 12)).astype(np.float32)  # ties: the first maximum in window order
+    a = {**attrs, "storage_order": storage_order}
+    check_ort("MaxPool", [x], a, n_outputs=2)
+    check_facets("MaxPool", [x], a)
+
+
+def test_max_pool_indices_3d_and_through_the_importer():
+    import onnx
+    from onnx import TensorProto, helper
+
+    from corefold.executor import run
+    from corefold.frontend.onnx import from_onnx
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    check_ort("MaxPool", [x], {"kernel_shape": [2, 3, 2], "strides": [2, 2, 1], "storage_order": 0}, n_outputs=2)
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    data = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = run(from_onnx(model), {"x": data})
+    from corefold.frontend.onnx.check import ort_run
+    want = ort_run(onnx.load_from_string(model.SerializeToString()), {"x": data})
+    np.testing.assert_array_equal(got["i"], want["i"])
+    np.testing.assert_array_equal(got["y"], want["y"])
+    # unused Indices: the importer drops them, and the node computes values only
+    g2 = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = from_onnx(helper.make_model(g2, opset_imports=[helper.make_opsetid("", 12)]))
+    assert len(graph.nodes[0].outputs) == 1 and "storage_order" not in graph.nodes[0].attrs
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3]}, {"kernel_shape": [3, 3], "p": 3, "strides": [2, 2]},
+                                   {"kernel_shape": [2, 3], "p": 1, "pads": [1, 0, 1, 1]},
+                                   {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+                                   {"kernel_shape": [2, 2], "dilations": [2, 2]}])
+def test_lp_pool(attrs):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    check_ort("LpPool", [x], attrs)
+    check_facets("LpPool", [x], attrs)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(p):
+    x = np.random.default_rng(9).standard_normal((2, 3, 5, 4)).astype(np.float32)
+    check_ort("GlobalLpPool", [x], {"p": p})
+    check_facets("GlobalLpPool", [x], {"p": p})
+
+
+def test_max_unpool_inverts_max_pool():
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 3, 8, 6)).astype(np.float32)
+    pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    y, idx = check_ort("MaxPool", [x], {**pool, "storage_order": 0}, n_outputs=2)
+    check_ort("MaxUnpool", [y, idx], pool)
+    check_facets("MaxUnpool", [y, idx], pool)
+    check_facets("MaxUnpool", [y, idx, np.array([2, 3, 9, 7], np.int64)], pool)

@@ -85,12 +85,33 @@ def _reduce(op_type: str, fn):
             ax = None
         else:
             ax = tuple(int(a) % max(x.ndim, 1) for a in np.ravel(axes))
+        if x.size == 0 and op_type in _EMPTY_IDENTITY:
+            return [_empty_reduction(op_type, x, ax, keepdims)]
         y = np.asarray(fn(x, axis=ax, keepdims=keepdims))
         return [y.astype(x.dtype, copy=False)]
 
     run.__name__ = op_type.lower()
     run.__doc__ = f"ONNX {op_type} over the given axes (keepdims, noop_with_empty_axes)."
     return run
+
+
+#: the value a reduction gives over an empty set (ONNX: the operation's identity)
+_EMPTY_IDENTITY = {"ReduceMax": "-inf", "ReduceMin": "inf", "ReduceLogSumExp": "-inf", "ReduceLogSum": "-inf"}
+
+
+def _empty_reduction(op_type: str, x: np.ndarray, axis, keepdims: bool) -> np.ndarray:
+    """A reduction over zero elements: -inf for max (the type's lowest for integers, False
+    for booleans), +inf for min, log(0) = -inf for the log reductions."""
+    shape = np.sum(np.zeros(x.shape, np.int8), axis=axis, keepdims=keepdims).shape
+    low = _EMPTY_IDENTITY[op_type] == "-inf"
+    if x.dtype == np.bool_:
+        value = not low
+    elif np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        value = info.min if low else info.max
+    else:
+        value = -np.inf if low else np.inf
+    return np.full(shape, value, dtype=x.dtype)
 
 
 def _mean(x, axis, keepdims):
@@ -105,6 +126,18 @@ reduce_prod = _reduce("ReduceProd", np.prod)
 reduce_sum_square = _reduce("ReduceSumSquare", lambda x, axis, keepdims: np.sum(x * x, axis=axis, keepdims=keepdims))
 reduce_l1 = _reduce("ReduceL1", lambda x, axis, keepdims: np.sum(np.abs(x), axis=axis, keepdims=keepdims))
 reduce_l2 = _reduce("ReduceL2", lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims)))
+reduce_log_sum = _reduce("ReduceLogSum", lambda x, axis, keepdims: np.log(np.sum(x, axis=axis, keepdims=keepdims)))
+
+
+def _log_sum_exp(x, axis, keepdims):
+    """log(sum(exp(x))) computed stably around the maximum (finite maxima only)."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, np.zeros((), x.dtype))
+    y = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis=axis)
+
+
+reduce_log_sum_exp = _reduce("ReduceLogSumExp", _log_sum_exp)
 
 
 def _arg(op_type: str, fn):

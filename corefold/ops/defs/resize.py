@@ -175,8 +175,50 @@ def _cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, far).astype(f32)
 
 
-def _resize_axis(y: np.ndarray, axis: int, x: np.ndarray, mode: str, attrs) -> np.ndarray:
+def _antialias_weights(mode: str, ratio: np.ndarray, offsets: np.ndarray, scale: float, a: float) -> np.ndarray:
+    """Weights ``(m, taps)`` of the linear (triangle) or cubic filter stretched by
+    ``1 / scale`` for downsampling, at tap offsets ``offsets`` from ``floor(x)``."""
+    d = np.abs((offsets[None, :] - ratio[:, None]) * scale)
+    if mode == "linear":
+        return np.clip(1 - d, 0, 1)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _antialias_axis(y: np.ndarray, axis: int, x: np.ndarray, mode: str, scale: float, attrs) -> np.ndarray:
+    """Antialiased linear/cubic downsampling along ``axis`` (ONNX ``antialias=1``): the
+    filter's support grows to ``2 / scale`` (linear) or ``4 / scale`` (cubic) taps around
+    each source coordinate, weights normalised to sum 1, edge taps clamped (or dropped with
+    ``exclude_outside``). O(output elements x taps)."""
     n = y.shape[axis]
+    radius = 1 if mode == "linear" else 2
+    start = int(np.floor(-radius / scale)) + 1
+    offsets = np.arange(start, 2 - start, dtype=np.float64)
+    xd = x.astype(np.float64)
+    base = np.floor(xd)
+    ratio = xd - base
+    whole = ratio == 0  # the reference takes ratio in (0, 1]: an integer coordinate is 1 past floor(x) - 1
+    base[whole] -= 1
+    ratio[whole] = 1.0
+    w = _antialias_weights(mode, ratio, offsets, scale, float(attrs.get("cubic_coeff_a", -0.75)))
+    w /= w.sum(axis=1, keepdims=True)
+    taps = base.astype(np.int64)[:, None] + offsets.astype(np.int64)[None, :]
+    if attrs.get("exclude_outside", 0):
+        w = np.where((taps >= 0) & (taps < n), w, 0.0)
+        w /= w.sum(axis=1, keepdims=True)
+    taps = np.clip(taps, 0, n - 1)
+    out = None
+    for j in range(taps.shape[1]):
+        term = np.take(y, taps[:, j], axis=axis) * _along(w[:, j].astype(y.dtype), axis, y.ndim)
+        out = term if out is None else out + term
+    return out
+
+
+def _resize_axis(y: np.ndarray, axis: int, x: np.ndarray, mode: str, attrs, scale=None) -> np.ndarray:
+    n = y.shape[axis]
+    if scale is not None and scale < 1 and mode in ("linear", "cubic") and attrs.get("antialias", 0):
+        return _antialias_axis(y, axis, x, mode, float(scale), attrs)
     if mode == "nearest":
         idx = np.clip(_nearest_index(x, attr_str(attrs, "nearest_mode", "round_prefer_floor")), 0, n - 1)
         return np.take(y, idx, axis=axis)
@@ -208,8 +250,7 @@ def resize(attrs, inputs):
     """ONNX Resize, opset 21.
 
     Raises:
-        UnsupportedOpError: ``antialias=1`` when downsampling, an unknown mode, or missing
-            scales and sizes.
+        UnsupportedOpError: an unknown mode, or missing scales and sizes.
     """
     x = inputs[0]
     roi = inputs[1] if len(inputs) > 1 else None
@@ -218,8 +259,6 @@ def resize(attrs, inputs):
     mode = attr_str(attrs, "mode", "nearest")
     ctm = attr_str(attrs, "coordinate_transformation_mode", "half_pixel")
     out, scale = _output_geometry(attrs, x, scales, sizes)
-    if attrs.get("antialias", 0) and mode != "nearest" and any(o < n for o, n in zip(out, x.shape, strict=True)):
-        raise UnsupportedOpError("Resize: antialias=1 when downsampling is not supported")
     rois = None
     if ctm == "tf_crop_and_resize":
         if roi is None or np.size(roi) == 0:
@@ -236,7 +275,7 @@ def resize(attrs, inputs):
         coords = _source_coords(ctm, n, m, scale[axis], rois[axis] if rois else None)
         if m == n and np.array_equal(coords, np.arange(n, dtype=f32)):
             continue
-        y = _resize_axis(y, axis, coords, mode, attrs)
+        y = _resize_axis(y, axis, coords, mode, attrs, scale[axis])
         if rois is not None:
             bad = _along((coords < 0) | (coords > n - 1), axis, x.ndim)
             outside = bad if outside is None else (outside | bad)

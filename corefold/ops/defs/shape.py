@@ -189,12 +189,23 @@ def identity(attrs, inputs):
 
 @op("Dropout", **_facets(cost=FREE, quant=Quant(MOVEMENT, _NONNEG_IN), params=(1, 2), normalise=_dropout_normalise))
 def dropout(attrs, inputs):
-    """Inference dropout: the input unchanged and a mask of ones (training_mode must be 0)."""
+    """Dropout: at inference (``training_mode`` absent or false, or ratio 0) the input
+    unchanged and a mask of ones; in training mode ``y = mask * x / (1 - ratio)`` with
+    ``mask = u >= ratio``, ``u`` uniform in [0, 1) from NumPy's ``RandomState(seed)``
+    (``seed`` attribute, 0 when absent), the generator ONNX's own reference uses, so a
+    seeded model gives the same mask every run. O(elements)."""
     x = inputs[0]
+    ratio_in = inputs[1] if len(inputs) > 1 else None
     training = inputs[2] if len(inputs) > 2 else None
-    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
-        raise ValueError("Dropout with training_mode=1 is not supported (inference only)")
-    return [x, fill(np.True_, x.shape)]
+    ratio = 0.5 if ratio_in is None else float(np.asarray(ratio_in).reshape(-1)[0])
+    if training is None or not bool(np.asarray(training).reshape(-1)[0]) or ratio == 0:
+        return [x, fill(np.True_, x.shape)]
+    if not 0 <= ratio < 1:
+        raise ValueError(f"Dropout: ratio {ratio} is not in [0, 1)")
+    rng = np.random.RandomState(int(attrs.get("seed", 0)) % 2**32)
+    mask = rng.uniform(0.0, 1.0, x.shape) >= ratio
+    y = (mask * x * (1 / (1 - ratio))).astype(x.dtype, copy=False)
+    return [y, mask]
 
 
 @op("Shape", **_facets(cost=FREE, quant=Quant(FLOAT)))
@@ -221,12 +232,60 @@ def constant_of_shape(attrs, inputs):
     return [fill(np.asarray(value), _ints(inputs[0]))]
 
 
+#: float8 types whose Cast saturates by default (``saturate=1``)
+_FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """float8 E8M0 (a power of two, exponent only) from the float32 bits: round the mantissa
+    away ``up``, ``down`` or to ``nearest`` (ties up); NaN and Inf give NaN; with ``saturate``
+    the largest exponent does not round up to NaN. O(elements)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        g = (bits & 0x400000) > 0
+        rest = (bits & 0x3FFFFF) > 0
+        up = g & (rest | (exponent > 0))
+    elif round_mode == "up":
+        up = (bits & 0x7FFFFF) > 0
+    elif round_mode == "down":
+        up = np.zeros(bits.shape, bool)
+    else:
+        raise ValueError(f"Cast: unknown round_mode {round_mode!r}")
+    up &= ~special
+    if saturate:
+        up &= exponent != 0xFE
+    out = np.where(special, 0xFF, exponent + up).astype(np.uint8)
+    return out.view(np.dtype("float8_e8m0fnu"))
+
+
+def cast_to(x: np.ndarray, to: np.dtype, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """ONNX Cast of ``x`` to ``to``: NumPy conversion, except that float8 targets saturate
+    to their largest finite value (NaN stays NaN) unless ``saturate`` is false, and float8
+    E8M0 rounds by ``round_mode``. O(elements)."""
+    to = np.dtype(to)
+    if to.name in _FLOAT8 and saturate:
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(to)
+        wide = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+        return np.clip(wide, float(info.min), float(info.max)).astype(to)
+    if to.name == "float8_e8m0fnu":
+        return _to_e8m0(x.astype(np.float32), saturate, round_mode)
+    return x.astype(to)
+
+
 @op("Cast", **_facets(split=split_any(), quant=Quant(FLOAT)))
 def cast(attrs, inputs):
+    """Cast to ``to`` (a NumPy dtype name), with ``saturate`` (float8, default 1) and
+    ``round_mode`` (E8M0, default ``up``)."""
     x, to = inputs[0], np.dtype(attrs["to"])
+    saturate = bool(attrs.get("saturate", 1))
+    mode = attrs.get("round_mode", "up")
     if is_fill(x):
-        return [fill(_fill_value(x), x.shape, to)]
-    return [x.astype(to)]
+        return [fill(cast_to(_fill_value(x).reshape(1), to, saturate, mode), x.shape)]
+    return [cast_to(x, to, saturate, mode)]
 
 
 @op("Reshape", **_facets(ByKernel((1,)), cost=FREE, params=(1,)))
@@ -432,8 +491,16 @@ def tile(attrs, inputs):
     return [np.tile(x, reps)]
 
 
+_HALF = ("float16", "bfloat16")
+
+
 @op("Range", **_facets(ByKernel((0, 1, 2)), cost=vector(1), quant=Quant(FLOAT), params=(0, 1, 2)))
 def range_(attrs, inputs):
+    """``start + i * delta`` for ``i < ceil((limit - start) / delta)``; float16 and bfloat16
+    (opset 27 on) compute in float32 when ``stash_type`` is 1, its default."""
     start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    dtype = start.dtype
+    if dtype.name in _HALF and int(attrs.get("stash_type", 1)) == 1:
+        start, limit, delta = (v.astype(np.float32) for v in (start, limit, delta))
     n = max(int(np.ceil((limit - start) / delta)), 0)
-    return [(start + np.arange(n, dtype=np.result_type(start)) * delta).astype(start.dtype)]
+    return [(start + np.arange(n, dtype=np.result_type(start)) * delta).astype(dtype)]

@@ -72,7 +72,12 @@ def test_split_fits_every_op_and_keeps_outputs(threshold):
         np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
 
 
-def test_batch_and_output_channel_splits_are_bit_identical():
+def test_batch_and_output_channel_splits_need_no_partial_sums():
+    """Cutting batch or output channels computes each output element from the same products
+    as the whole operator. The results agree to float32 reassociation only, not bit for bit:
+    BLAS blocks the inner dimension differently for a smaller M or N, and which kernel it
+    picks depends on the CPU (OpenBLAS's SkylakeX kernels differed by 3e-6 relative on an
+    AVX-512 EPYC, Prescott's by 4e-6 here). Hence rtol 1e-5."""
     g = parse(NET)
     _random_weights(g)
     feeds = random_inputs(g, 0)
@@ -82,7 +87,7 @@ def test_batch_and_output_channel_splits_are_bit_identical():
     assert res.splits["conv"] >= 2
     out = run(g, feeds)
     for k in ref:
-        np.testing.assert_array_equal(out[k], ref[k])
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-6)
 
 
 def test_nothing_to_split_changes_nothing():
