@@ -14,7 +14,7 @@ model:
   ``check_in_onnxruntime`` (ORT loads and runs it, every output finite), and its output
   SQNR against the float model on 4 other samples, run in ONNX Runtime without its integer
   fusions (``qdq_exact``: the ONNX semantics, the same on every CPU), is at least
-  ``FLOOR_DB[model]`` (``DEFAULT_FLOOR_DB`` where not yet measured). The floors sit 3 dB under the figures measured on this branch
+  ``FLOOR_DB[model]``. The floors sit about 3 dB under the figures measured on this branch
   (``bench/quant.py --models zoo``), so a regression of the quantizer fails the test while
   CPU-dependent float rounding does not.
 * In the slow set the same SQNR must also be at least that of ONNX Runtime's
@@ -52,10 +52,13 @@ CASES = FAST + [(m, e) for m in quant_models.ZOO for e in ("script", "dynamo") i
 #: output SQNR floors in dB (module docstring): measured on this branch minus 3 dB
 #: (bench/quant.py --models zoo, both exporters alike: resnet18 33.66, mobilenet_v3_small 25.55,
 #: efficientnet_b0 22.47, regnet_y_400mf 31.70, convnext_tiny 29.69, shufflenet_v2_x1_0 48.15,
-#: deeplabv3_mobilenet 51.23); a model without an entry gets DEFAULT_FLOOR_DB
+#: deeplabv3_mobilenet 51.23, vit_b_16 11.73, bert 32.53, gpt2 30.79 (dynamo))
 FLOOR_DB = {"resnet18": 30.0, "mobilenet_v3_small": 22.0, "efficientnet_b0": 19.0, "regnet_y_400mf": 28.0,
-            "convnext_tiny": 26.0, "shufflenet_v2_x1_0": 45.0, "deeplabv3_mobilenet": 48.0}
-DEFAULT_FLOOR_DB = 10.0
+            "convnext_tiny": 26.0, "shufflenet_v2_x1_0": 45.0, "deeplabv3_mobilenet": 48.0, "vit_b_16": 8.5,
+            "bert": 29.0, "gpt2": 27.0}
+#: known failures, each with its reason (reported as xfail, not run)
+KNOWN = {("gpt2", "script"): "its causal mask's Where writes -inf, and calibration refuses non-finite "
+                             "activations (DataError); ONNX Runtime's quantize_static gets 11.50 dB"}
 #: how far under ONNX Runtime's quantize_static SQNR corefold may be (slow set)
 ORT_MARGIN_DB = 1.0
 
@@ -92,6 +95,8 @@ def test_run_quantize(name, exporter, tmp_path):
 
     if not SLOW and (name, exporter) not in FAST:
         pytest.skip("set COREFOLD_SLOW=1 to run the whole zoo")
+    if (name, exporter) in KNOWN:
+        pytest.xfail(KNOWN[name, exporter])
     src = quant_models.zoo_model(name, exporter == "dynamo")
     graph = load_model(src)
     calib = quant_models.zoo_inputs(name, src, 4, seed=1)
@@ -122,7 +127,7 @@ def test_run_quantize(name, exporter, tmp_path):
     check_in_onnxruntime(model, graph, calib[0])  # raises if ORT refuses it or an output is not finite
     qsess = ort_session(model, qdq_exact=True)
     ours = _sqnr(ref, [_flat(qsess.run(None, f)) for f in evals])
-    floor = FLOOR_DB.get(name, DEFAULT_FLOOR_DB)
+    floor = FLOOR_DB[name]
     assert ours >= floor, f"corefold {ours:.2f} dB < floor {floor} dB"
     if SLOW:
         theirs = _ort_sqnr(src, calib, evals, ref, tmp_path)
