@@ -142,6 +142,7 @@ SETTINGS_CLASSES = [
     "corefold.passes.split.split:SplitSettings",
     "corefold.passes.serial.partition:SerialSettings",
     "corefold.mapping.settings:MapSettings",
+    "corefold.passes.quantize.settings:QuantizeSettings",
 ]
 
 

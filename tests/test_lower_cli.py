@@ -142,9 +142,6 @@ def test_plot_writes_the_placement_png(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.cfx", "placed.png"]
 
 
-@pytest.mark.xfail(strict=True, reason="corefold/backend/cfx.py _json_value writes a 0-d scale as shape (1,) "
-                   "(np.ascontiguousarray), so a loaded quantized .cfx fails in the integer runner: "
-                   "'per-axis activation scale'; remove this mark when cfx.py keeps 0-d arrays")
 def test_a_quantized_model_lowers_and_runs_in_sim(tmp_path, capsys):
     import numpy as np
 

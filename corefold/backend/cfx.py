@@ -67,7 +67,7 @@ class CfxError(CorefoldError):
 # -- small encoders ----------------------------------------------------------------------------
 def _json_value(x: Any) -> Any:
     if isinstance(x, np.ndarray):
-        a = np.ascontiguousarray(x)
+        a = np.ascontiguousarray(x).reshape(x.shape)  # ascontiguousarray makes a 0-d array 1-d
         return {"ndarray": a.dtype.name, "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode()}
     if isinstance(x, np.generic):
         return _json_value(np.asarray(x))

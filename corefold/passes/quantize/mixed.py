@@ -34,7 +34,7 @@ def _fake_constant(name: str, p: QuantParams, const: np.ndarray) -> np.ndarray:
         if p.bits == 32:
             s = np.asarray(1.0 / p.k)
             s = s.reshape([-1] + [1] * (const.ndim - 1)) if s.ndim else s
-            hit = (np.rint(const / s) * s).astype(const.dtype)
+            hit = (np.clip(np.rint(const / s), -(2**31), 2**31 - 1) * s).astype(const.dtype)
         else:
             hit = p.dequantize(p.weight_integers(const))
         _CONST_CACHE[key] = hit
