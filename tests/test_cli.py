@@ -125,3 +125,17 @@ def test_failed_run_leaves_no_output(tmp_path):
     proc = corefold("run", EXAMPLE, "--inputs", str(tmp_path / "wrong.npz"), "-o", str(out))
     assert proc.returncode == 2
     assert list(tmp_path.iterdir()) == [tmp_path / "wrong.npz"]
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
+    """``corefold ... | head``: the reader goes away; exit 141 (SIGPIPE's status), no
+    'internal error' line."""
+    import corefold.cli.inspect as inspect_cmd
+    from corefold.cli import main
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(inspect_cmd, "run", broken)
+    assert main(["inspect", str(example_path("tiny_cnn.onnx"))]) == 141
+    assert "internal error" not in capsys.readouterr().err

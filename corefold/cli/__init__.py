@@ -8,7 +8,7 @@ Exit statuses: 0 success; 1 a check that ran and found a difference (``--check``
 user's input is at fault (a :class:`~corefold.errors.CorefoldError` anywhere, or a bad
 argument), reported in one line on stderr naming the culprit; 70 an internal error (a
 corefold bug: :class:`~corefold.errors.InternalError` or any unexpected exception), one
-line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 130 interrupted
+line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 141 the output pipe closed (``corefold ... | head``); 130 interrupted
 (Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output.
 """
 
@@ -114,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         _say(f"{prog}: terminated")
         return 143
+    except BrokenPipeError:  # the reader went away (corefold ... | head): stop quietly, as Unix tools do
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        except OSError:
+            pass
+        return 141
     except (InternalError, Exception) as exc:  # noqa: BLE001 - a bug: report it as one
         if os.environ.get("COREFOLD_DEBUG"):
             traceback.print_exc()
