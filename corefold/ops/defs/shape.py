@@ -376,7 +376,24 @@ def concat(attrs, inputs):
     return [np.concatenate(xs, axis=axis)]
 
 
-@op("Gather", **_facets(quant=Quant(MOVEMENT, first_input_range, integer="layout"), params=(1,)))
+def _gather_split(attrs, ins, outs, consts):
+    """Any data axis other than the gathered one (an embedding table's hidden axis, a
+    batch): each piece gathers the same indices from its slab of the data; the indices are
+    read whole. O(rank)."""
+    data, idx = ins[0][0], ins[1][0]
+    rank, r_idx = len(data), len(idx)
+    axis = _axis(attrs.get("axis", 0), rank)
+    axes = []
+    for d in range(rank):
+        if d == axis or data[d] < 2:
+            continue
+        out_axis = d if d < axis else d + r_idx - 1
+        axes.append(SplitAxis(f"axis{d}", data[d], ((d, 1), None), (out_axis, 1)))
+    return axes, False
+
+
+@op("Gather", **_facets(quant=Quant(MOVEMENT, first_input_range, integer="layout"), params=(1,),
+                        split=_gather_split))
 def gather(attrs, inputs):
     x, idx = inputs[0], np.asarray(inputs[1])
     axis = _axis(attrs.get("axis", 0), x.ndim)

@@ -188,3 +188,19 @@ def test_slice_splits_only_on_the_axes_it_leaves_whole(starts, ends, axes, steps
     offered, _ = ops.get("Slice").split({}, ins, [(full[0].shape, full[0].dtype)], args)
     assert {ax.output[0] for ax in offered} == {a for a in whole if full[0].shape[a] >= 2}
     assert all(ax.inputs[1:] == (None,) * (len(args) - 1) for ax in offered)
+
+
+@pytest.mark.parametrize("shape, idx, axis, offered", [
+    ((30, 8), np.array([[1, 29], [0, 3]], np.int64), 0, {2}),  # embedding: the hidden axis
+    ((2, 3, 4, 5), np.array([[-1, 0], [2, 1]], np.int64), -2, {0, 1, 4}),
+    ((6, 4), np.array(2, np.int64), 1, {0}),  # scalar index: the axis disappears
+])
+def test_gather_splits_the_data_off_its_gathered_axis(shape, idx, axis, offered):
+    """vit_b_16's and BERT's embedding Gathers exceeded a core with no split rule. Every
+    data axis but the gathered one is offered; the indices are read whole."""
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    full = check_facets("Gather", [x, idx], {"axis": axis})  # cuts along every offered axis and compares
+    ins = [(x.shape, x.dtype), (idx.shape, idx.dtype)]
+    got, _ = ops.get("Gather").split({"axis": axis}, ins, [(full[0].shape, full[0].dtype)], [x, idx])
+    assert {ax.output[0] for ax in got} == offered
+    assert all(ax.inputs[1] is None for ax in got)
