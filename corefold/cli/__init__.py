@@ -88,12 +88,24 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _pipe_closed() -> int:
+    """Exit status 141 (SIGPIPE's) after the reader of stdout went away, with stdout sent
+    to /dev/null so that the interpreter's final flush raises nothing more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument (already printed)
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USER_ERROR
+    except BrokenPipeError:  # --help-settings | head
+        return _pipe_closed()
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -115,11 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{prog}: terminated")
         return 143
     except BrokenPipeError:  # the reader went away (corefold ... | head): stop quietly, as Unix tools do
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        except OSError:
-            pass
-        return 141
+        return _pipe_closed()
     except (InternalError, Exception) as exc:  # noqa: BLE001 - a bug: report it as one
         if os.environ.get("COREFOLD_DEBUG"):
             traceback.print_exc()

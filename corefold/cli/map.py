@@ -7,6 +7,7 @@ import sys
 import time
 
 from corefold.cli.common import add_target_argument, non_negative_int
+from corefold.cli.settings_args import add_settings_arguments
 
 #: the largest mesh ``--mesh`` accepts (a million cores; real chips have thousands)
 MAX_MESH_CORES = 1 << 20
@@ -36,19 +37,6 @@ def _positive(text: str) -> int:
     return v
 
 
-class _HelpSettings(argparse.Action):
-    """``--help-settings``: print every mapper setting with its default and meaning, and exit."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from corefold.mapping.settings import MapSettings
-        from corefold.settings import describe
-
-        print(describe(MapSettings))
-        parser.exit(0)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topology", metavar="TOPOLOGY",
@@ -65,10 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--preset", default="default", choices=["default", "fast", "strong", "seed"],
                         help="mapper settings preset (default: default; seed = the seed's order of phases)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
-                        help="set one mapper setting (repeatable), after the preset; see --help-settings")
-    parser.add_argument("--help-settings", action=_HelpSettings,
-                        help="list every mapper setting (the spec's parameters among them) and exit")
+    add_settings_arguments(parser, "corefold.mapping.settings:MapSettings", dest="settings")
     parser.add_argument("--objective", choices=["synapse", "multicast"],
                         help="traffic counted per synapse (default) or per spike along its XY multicast tree "
                              "(needs the synapses' directions; same as --set objective=...)")

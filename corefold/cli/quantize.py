@@ -21,20 +21,7 @@ from corefold.cli.common import (
     shape_bindings,
     value_bindings,
 )
-
-
-class _HelpSettings(argparse.Action):
-    """``--help-settings``: every quantizer setting with its default and meaning, then exit."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from corefold.passes.quantize import QuantizeSettings
-        from corefold.settings import describe
-
-        print(describe(QuantizeSettings))
-        parser.exit(0)
+from corefold.cli.settings_args import add_settings_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,9 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=["default", "fast", "strong", "seed"], default="default",
                    help="settings preset (default: default; seed = the seed's literal rule: min/max, per-tensor, "
                         "unsigned iff min >= 0, no GPTQ/MSE/mixed)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
-                   help="set one quantizer setting (repeatable), after the preset and the flags; see --help-settings")
-    p.add_argument("--help-settings", action=_HelpSettings, help="list every quantizer setting and preset, then exit")
+    add_settings_arguments(p, "corefold.passes.quantize:QuantizeSettings", dest="settings")
     p.add_argument("--bits", type=int, default=None, help="activation bits: 4, 8 or 16 (default 8)")
     p.add_argument("--weight-bits", type=int, default=None, metavar="N", help="weight bits (default: --bits)")
     p.add_argument("--weight-range", type=int, default=None, metavar="N",

@@ -28,11 +28,11 @@ class _HelpSettings(argparse.Action):
         parser.exit(0)
 
 
-def add_settings_arguments(p: argparse.ArgumentParser, settings_class: str) -> None:
-    """Add ``--set NAME=VALUE`` (repeatable) and ``--help-settings`` for the settings class
-    at ``settings_class`` (``"package.module:Class"``)."""
+def add_settings_arguments(p: argparse.ArgumentParser, settings_class: str, dest: str = "set") -> None:
+    """Add ``--set NAME=VALUE`` (repeatable, into ``args.<dest>``) and ``--help-settings``
+    for the settings class at ``settings_class`` (``"package.module:Class"``)."""
     name = settings_class.rpartition(":")[2]
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest=dest,
                    help=f"set any field of {name} (repeatable; see --help-settings)")
     p.add_argument("--help-settings", action=_HelpSettings, settings_class=settings_class,
                    help=f"list every field of {name} with its default and meaning, then exit")
