@@ -9,8 +9,12 @@ synapses), hop-weighted traffic, max link load (XY routing), wall time and peak 
 each also as a ratio to Scotch.
 
     PYTHONPATH=$PWD python bench/mapping.py                # the bench table
-    PYTHONPATH=$PWD python bench/mapping.py --scale        # 10^8-synapse graph, corefold only
+    PYTHONPATH=$PWD python bench/mapping.py --scale        # 10^8-synapse archive, corefold map only
+    PYTHONPATH=$PWD python bench/mapping.py --scale --scale-synapses 1e9   # 10^7 neurons
     PYTHONPATH=$PWD python bench/mapping.py --capacity-sweep   # cost of the hard synapse capacity
+    PYTHONPATH=$PWD python bench/mapping.py --objective multicast --graphs lenet,mobilenet-tiny,cifar-cnn
+        # spikes counted once per link of their XY multicast tree: Mt-KaHyPar (km1 + row-major
+        # placement; Steiner-tree mapping where k <= 64), corefold's synapse mapping, corefold
 
 corefold runs on one thread per CPU (``MapSettings.threads``; the mapping does not depend
 on it), METIS and Scotch on one: the table gives wall time and CPU time (all threads) both.
@@ -90,22 +94,34 @@ def banded_topology(n: int, degree: int) -> Topology:
     return Topology(indptr, indices, weights, np.ones(n, np.int64), deg.astype(np.int64))
 
 
-def bench_graphs():
-    """(name, topology, mesh (w, h), neurons per core, synapses per core or None).
+def bench_graphs(only=None):
+    """(name, topology, mesh (w, h), neurons per core, synapses per core or None), for the
+    names in ``only`` (all when None; a graph is built only when it is wanted).
 
     CNN stacks are expanded to neurons by the topology package's generator
-    (:mod:`corefold.mapping.topology.generate_cnn`); cifar-cnn is the issue's network.
+    (:mod:`corefold.mapping.topology.generate_cnn`), with their synapses' directions (the
+    multicast objective needs them); cifar-cnn is the issue's network.
     """
     from corefold.mapping.topology.generate_cnn import stack_topology
 
-    yield ("cifar-cnn", stack_topology("cifar-cnn"), (9, 9), 1024, None)
-    yield ("vgg-small", stack_topology("vgg-small"), (12, 12), 1024, None)
-    yield ("mobilenet-tiny", stack_topology("mobilenet-tiny"), (11, 11), 1024, None)
-    lenet = stack_topology("lenet")
-    yield ("lenet", lenet, (6, 6), 256, None)
-    yield ("small-world", small_world_topology(40000, 20, 0.05, 7), (8, 8), 1024, None)
-    # both capacities binding: synapse memory 10% above the mean need per core
-    yield ("lenet-tight", lenet, (6, 6), 256, int(np.ceil(lenet.synapses.sum() / 36 * 1.1)))
+    def lenet_tight():
+        lenet = stack_topology("lenet")
+        # both capacities binding: synapse memory 10% above the mean need per core
+        return lenet, int(np.ceil(lenet.synapses.sum() / 36 * 1.1))
+
+    specs = [
+        ("cifar-cnn", lambda: (stack_topology("cifar-cnn"), None), (9, 9), 1024),
+        ("vgg-small", lambda: (stack_topology("vgg-small"), None), (12, 12), 1024),
+        ("mobilenet-tiny", lambda: (stack_topology("mobilenet-tiny"), None), (11, 11), 1024),
+        ("lenet", lambda: (stack_topology("lenet"), None), (6, 6), 256),
+        ("small-world", lambda: (small_world_topology(40000, 20, 0.05, 7), None), (8, 8), 1024),
+        ("lenet-tight", lenet_tight, (6, 6), 256),
+    ]
+    for name, build, mesh, ncap in specs:
+        if only and name not in only:
+            continue
+        topo, scap = build()
+        yield name, topo, mesh, ncap, scap
 
 
 # ---------------------------------------------------------------- methods
@@ -118,20 +134,56 @@ def _vm_hwm_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _worker(method, graph_path, mesh, caps, seed, out_path):
+#: corefold variants: (preset, objective).
+COREFOLD = {"corefold": ("default", None), "corefold-fast": ("fast", None),
+            "corefold-synapse": ("default", "synapse"), "corefold-multicast": ("default", "multicast")}
+
+
+def _mtkahypar_hypergraph(mtk, init, ctx, topo):
+    from corefold.mapping.nets import fanout_of, hypergraph_of
+
+    hyper = hypergraph_of(fanout_of(topo))
+    nets = [e.tolist() for e in np.split(hyper.pins, hyper.ptr[1:-1])]
+    return init.create_hypergraph(ctx, topo.num_vertices, hyper.num_nets, nets, topo.neuron_sizes.tolist(),
+                                  hyper.weight.astype(np.int64).tolist())
+
+
+def _worker(method, graph_path, mesh, caps, seed, out_path, objective="synapse"):
     z = np.load(graph_path)
-    topo = Topology(z["indptr"], z["indices"], z["weights"], z["neuron_sizes"], z["synapses"])
+    topo = Topology(z["indptr"], z["indices"], z["weights"], z["neuron_sizes"], z["synapses"],
+                    z["sends"] if "sends" in z.files else None)
     width, height = mesh
-    if method == "corefold":
+    if method in COREFOLD:
         from dataclasses import replace
 
         from corefold.mapping.mapper import map_topology
+        from corefold.mapping.settings import MapSettings
         from corefold.target import load_target
 
+        preset, obj = COREFOLD[method]
+        settings = replace(MapSettings.preset(preset), objective=obj or objective)
         target = replace(load_target("neuromorphic").with_mesh(width, height), neurons_per_core=caps[0],
                          synapses_per_core=caps[1])
         tiny = small_world_topology(3000, 6, 0.1, 0)
-        map_topology(tiny, replace(target, neurons_per_core=1024), seed=seed, progress=False)  # numba warm-up
+        map_topology(tiny, replace(target, neurons_per_core=1024), settings, seed=seed, progress=False)  # warm-up
+    elif method.startswith("mtkahypar"):
+        import mtkahypar
+
+        init = mtkahypar.initialize(1, False)
+        mtkahypar.set_seed(seed)
+        ctx = init.context_from_preset(mtkahypar.PresetType.DEFAULT)
+        k = width * height
+        # NOTE: the neuron capacity as Mt-KaHyPar's imbalance (it keeps no synapse capacity)
+        eps = caps[0] / (topo.neuron_sizes.sum() / k) - 1.0
+        if method == "mtkahypar-map":
+            ctx.set_mapping_parameters(k, eps)
+            edges = [(y * width + x, y * width + x + 1) for y in range(height) for x in range(width - 1)]
+            edges += [(y * width + x, (y + 1) * width + x) for y in range(height - 1) for x in range(width)]
+            mesh_graph = init.create_target_graph(ctx, k, len(edges), edges, [1] * len(edges))
+        else:
+            ctx.set_partitioning_parameters(k, eps, mtkahypar.Objective.KM1)
+        ctx.logging = False
+        hg = _mtkahypar_hypergraph(mtkahypar, init, ctx, topo)
     rss0 = _vm_hwm_mib()
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -165,8 +217,12 @@ def _worker(method, graph_path, mesh, caps, seed, out_path):
         g.map_init(mp_, arch, part)
         g.map_compute(mp_, strat)
         core_xy = np.stack([part % width, part // width], axis=1)  # mesh2 terminals are row-major
+    elif method.startswith("mtkahypar"):
+        phg = hg.map_onto_graph(mesh_graph, ctx) if method == "mtkahypar-map" else hg.partition(ctx)
+        part = np.asarray(phg.get_partition(), np.int64)
+        core_xy = np.stack([part % width, part // width], axis=1)  # blocks row-major on the mesh
     else:
-        mapping = map_topology(topo, target, seed=seed, progress=False)
+        mapping = map_topology(topo, target, settings, seed=seed, progress=False)
         core_xy = mapping.core_xy
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
@@ -176,10 +232,10 @@ def _worker(method, graph_path, mesh, caps, seed, out_path):
         json.dump({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_mib": peak, "rss_before_mib": rss0}, f)
 
 
-def run_method(method, graph_path, mesh, caps, seed, tmpdir):
+def run_method(method, graph_path, mesh, caps, seed, tmpdir, objective="synapse"):
     out = os.path.join(tmpdir, f"{method}.npy")
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_worker, args=(method, graph_path, mesh, caps, seed, out))
+    p = ctx.Process(target=_worker, args=(method, graph_path, mesh, caps, seed, out, objective))
     p.start()
     p.join()
     if p.exitcode != 0:
@@ -189,15 +245,15 @@ def run_method(method, graph_path, mesh, caps, seed, tmpdir):
     return np.load(out), info
 
 
-def bench(seed: int, methods, graphs=None):
+def bench(seed: int, methods, graphs=None, objective: str = "synapse"):
+    """Every method on every graph, each in its own process; scores under ``objective``."""
     rows = []
-    for name, topo, mesh, ncap, scap in bench_graphs():
-        if graphs and name not in graphs:
-            continue
+    for name, topo, mesh, ncap, scap in bench_graphs(graphs):
         with tempfile.TemporaryDirectory() as tmp:
             gpath = os.path.join(tmp, "g.npz")
+            extra = {"sends": topo.sends} if topo.sends is not None else {}
             np.savez(gpath, indptr=topo.indptr, indices=topo.indices, weights=topo.weights,
-                     neuron_sizes=topo.neuron_sizes, synapses=topo.synapses)
+                     neuron_sizes=topo.neuron_sizes, synapses=topo.synapses, **extra)
             print(f"\n{name}: {topo.num_vertices} neurons, {int(topo.synapses.sum())} synapses, "
                   f"{topo.num_edges} edges, mesh {mesh[0]}x{mesh[1]}, {ncap} neurons/core"
                   + (f", {scap} synapses/core" if scap else ""), flush=True)
@@ -205,55 +261,124 @@ def bench(seed: int, methods, graphs=None):
             graph_methods = list(methods)
             if scap and "scotch" in methods:
                 graph_methods.insert(graph_methods.index("scotch") + 1, "scotch-syn")
+            if "mtkahypar-map" in graph_methods and mesh[0] * mesh[1] > 64:
+                graph_methods.remove("mtkahypar-map")  # Mt-KaHyPar's Steiner-tree mapping: k <= 64 only
             for method in graph_methods:
-                core_xy, info = run_method(method, gpath, mesh, (ncap, scap), seed, tmp)
-                ev = objectives.evaluate(topo, core_xy, mesh[0], mesh[1], mesh[0], mesh[1], 1.0, (ncap, scap))
-                res[method] = {"cut": ev["cut"], "traffic": ev["traffic"], "lower_bound": ev["lower_bound"],
+                core_xy, info = run_method(method, gpath, mesh, (ncap, scap), seed, tmp, objective)
+                ev = objectives.evaluate(topo, core_xy, mesh[0], mesh[1], mesh[0], mesh[1], 1.0, (ncap, scap),
+                                         objective=objective)
+                cut = ev["connectivity"] if objective == "multicast" else ev["cut"]
+                res[method] = {"cut": cut, "traffic": ev["traffic"], "lower_bound": ev["lower_bound"],
                                "max_link": ev["max_link_load"], "over_n": int(ev["violations"][0]),
                                "over_s": int(ev["violations"][1]), "max_fill": int(ev["fill"][:, 0].max()),
                                "seconds": info["seconds"], "cpu": info["cpu_seconds"], "peak_mib": info["peak_rss_mib"],
                                "extra_mib": info["peak_rss_mib"] - info["rss_before_mib"]}
                 r = res[method]
-                print(f"  {method:<9} cut {r['cut']:.4g}  traffic {r['traffic']:.4g}  (bound {r['lower_bound']:.4g})"
+                print(f"  {method:<17} {'km1' if objective == 'multicast' else 'cut'} {r['cut']:.4g}  "
+                      f"traffic {r['traffic']:.4g}  (bound {r['lower_bound']:.4g})"
                       f"  max link {r['max_link']:.4g}  cores over n/s {r['over_n']}/{r['over_s']}"
                       f" (max {r['max_fill']})  {r['seconds']:.2f} s (CPU {r['cpu']:.2f} s)  peak {r['peak_mib']:.0f} MiB"
                       f" (+{r['extra_mib']:.0f} over the loaded graph)", flush=True)
             rows.append((name, res))
-    ref = "scotch" if "scotch" in methods else methods[0]
-    print(f"\nratios to {ref} (lower is better; 'over' = cores over neurons/synapses capacity)")
-    print(f"{'graph':<14} {'method':<9} {'cut':>6} {'traffic':>8} {'max link':>9} {'time':>6} {'CPU':>6} {'peak mem':>9} "
-          f"{'over':>6}")
+    if objective == "multicast":
+        ref = "mtkahypar" if "mtkahypar" in methods else methods[0]
+    else:
+        ref = "scotch" if "scotch" in methods else methods[0]
+    print(f"\nratios to {ref}, {objective} objective (lower is better; 'over' = cores over neurons/synapses "
+          "capacity; time/METIS = wall time over METIS's partition alone)")
+    print(f"{'graph':<14} {'method':<17} {'km1' if objective == 'multicast' else 'cut':>6} {'traffic':>8} "
+          f"{'max link':>9} {'time':>6} {'CPU':>6} {'peak mem':>9} {'time/METIS':>10} {'over':>6}")
     for name, res in rows:
         for method in res:
             r, s = res[method], res[ref]
-            print(f"{name:<14} {method:<9} {r['cut'] / s['cut']:6.3f} {r['traffic'] / s['traffic']:8.3f} "
+            vs_metis = f"{r['seconds'] / res['metis']['seconds']:10.3f}" if "metis" in res else f"{'-':>10}"
+            print(f"{name:<14} {method:<17} {r['cut'] / s['cut']:6.3f} {r['traffic'] / s['traffic']:8.3f} "
                   f"{r['max_link'] / s['max_link']:9.3f} {r['seconds'] / s['seconds']:6.3f} {r['cpu'] / s['cpu']:6.3f} "
-                  f"{r['peak_mib'] / s['peak_mib']:9.3f} {r['over_n']:>3}/{r['over_s']}")
+                  f"{r['peak_mib'] / s['peak_mib']:9.3f} {vs_metis} {r['over_n']:>3}/{r['over_s']}")
 
 
-def scale(seed: int, n: int, degree: int):
-    from dataclasses import replace
+@__import__("numba").njit(cache=True)
+def _banded_rows(v0, v1, n, half, indptr, indices):
+    """Rows v0 .. v1 - 1 of :func:`banded_topology`'s graph (local indptr)."""
+    p = 0
+    for v in range(v0, v1):
+        for d in range(-half, half + 1):
+            u = v + d * 97 if abs(d) > half // 2 else v + d
+            if d == 0 or u < 0 or u >= n:
+                continue
+            indices[p] = u
+            p += 1
+        indptr[v - v0 + 1] = p
+    # each row's offsets are symmetric but not sorted (v +- 1.. before v +- 97 k): sort
+    for r in range(v1 - v0):
+        indices[indptr[r]:indptr[r + 1]] = np.sort(indices[indptr[r]:indptr[r + 1]])
 
-    from corefold.mapping.mapper import map_topology
+
+def write_banded_archive(path: str, n: int, degree: int, chunk: int = 1 << 16) -> int:
+    """:func:`banded_topology`'s graph written straight to an archive, ``chunk`` rows at a
+    time (never the whole CSR in memory). Returns the entries written. O(n degree)."""
+    from corefold.mapping.topology.archive import ArchiveWriter
+
+    half = degree // 2
+    sizes = np.ones(n, np.int64)
+    indptr = np.zeros(chunk + 1, np.int64)
+    indices = np.empty(chunk * degree, np.int64)
+    # the synapse count (fan-in) of a vertex is its degree: count the rows first
+    deg = np.zeros(n, np.int64)
+    for v0 in range(0, n, chunk):
+        v1 = min(v0 + chunk, n)
+        _banded_rows(v0, v1, n, half, indptr, indices)
+        deg[v0:v1] = np.diff(indptr[:v1 - v0 + 1])
+    with ArchiveWriter(path, sizes, deg) as w:
+        for v0 in range(0, n, chunk):
+            v1 = min(v0 + chunk, n)
+            _banded_rows(v0, v1, n, half, indptr, indices)
+            e = int(indptr[v1 - v0])
+            w.write_rows(indptr[:v1 - v0 + 1], indices[:e], np.ones(e, np.int64))
+        return w.entries
+
+
+def scale(seed: int, synapses: float, degree: int, workdir: str | None = None, extra_args=()):
+    """A banded conv-like graph of ``synapses`` CSR entries (n = synapses / degree neurons),
+    written as an archive, then ``corefold map`` on it in a child process under
+    ``/usr/bin/time -v`` (peak RSS of the mapping alone): out of core whenever the
+    in-memory mapping would pass the memory budget (4 GiB by default)."""
+    import subprocess
+
     from corefold.target import load_target
 
-    t0 = time.perf_counter()
-    topo = banded_topology(n, degree)
-    gen = time.perf_counter() - t0
-    rss_graph = _vm_hwm_mib() / 1024
-    print(f"banded graph: {n} neurons, {topo.indices.size} synapses (CSR entries), generated in {gen:.1f} s, "
-          f"peak RSS so far {rss_graph:.2f} GiB", flush=True)
-    target = load_target("neuromorphic")  # 4 chips of 16x16 cores, 1024 neurons / 65536 synapses
-    target = replace(target, synapses_per_core=max(target.synapses_per_core, 2 * 1024 * degree))
-    t0 = time.perf_counter()
-    m = map_topology(topo, target, seed=seed, progress=True)
-    t = time.perf_counter() - t0
-    peak = _vm_hwm_mib() / 1024
-    ev = objectives.evaluate(topo, m.core_xy, target.width, target.height, target.mesh_width, target.mesh_height,
-                             target.interchip_hop_cost, (target.neurons_per_core, target.synapses_per_core))
-    print(f"mapped in {t:.1f} s, peak RSS {peak:.2f} GiB; cores {ev['cores_used']}, cut {ev['cut']:.4g}, "
-          f"traffic {ev['traffic']:.4g} (bound {ev['lower_bound']:.4g}), max link {ev['max_link_load']:.4g}, "
-          f"violations {ev['violations'].tolist()}; phases {m.summary['time']}")
+    n = int(synapses) // degree
+    target = load_target("neuromorphic")  # chips of 16x16 cores, 1024 neurons each
+    per_chip = target.mesh_width * target.mesh_height * target.neurons_per_core
+    chips = max(4, int(np.ceil(n / (per_chip * 0.9))))
+    cx = int(np.ceil(np.sqrt(chips)))
+    cy = int(np.ceil(chips / cx))
+    syn_cap = max(target.synapses_per_core, 2 * 1024 * degree)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        path = os.path.join(tmp, "banded.zip")
+        t0 = time.perf_counter()
+        entries = write_banded_archive(path, n, degree)
+        gb = os.path.getsize(path) / 2**30
+        print(f"banded graph: {n} neurons, {entries} CSR entries (synapses), archive {gb:.2f} GiB written in "
+              f"{time.perf_counter() - t0:.1f} s", flush=True)
+        out = os.path.join(tmp, "mapping.npz")
+        cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "corefold", "map", path, "-o", out, "--target",
+               "neuromorphic", "--chips", f"{cx}x{cy}", "--synapses-per-core", str(syn_cap), "--seed", str(seed),
+               "--no-progress", *extra_args]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(proc.stdout, proc.stderr)
+            raise RuntimeError(f"corefold map failed ({proc.returncode})")
+        peak_kib = int(next(line.split()[-1] for line in proc.stderr.splitlines() if "Maximum resident" in line))
+        cpu = sum(float(line.split()[-1]) for line in proc.stderr.splitlines()
+                  if "User time" in line or "System time" in line)
+        z = np.load(out)
+        print(proc.stdout.strip())
+        print(f"board {cx}x{cy} chips of 16x16; corefold map: {wall:.1f} s wall ({cpu:.1f} s CPU), "
+              f"peak RSS {peak_kib / 2**20:.2f} GiB; traffic {float(z['traffic']):.4g}, cut {float(z['cut']):.4g}, "
+              f"violations {z['violations'].tolist()}", flush=True)
 
 
 def capacity_sweep(seed: int):
@@ -282,20 +407,34 @@ def capacity_sweep(seed: int):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--methods", default="metis,scotch,corefold")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated: metis, scotch, corefold, corefold-fast, corefold-synapse, "
+                         "corefold-multicast, mtkahypar (km1 + row-major), mtkahypar-map (Steiner-tree mapping, "
+                         "k <= 64); default metis,scotch,corefold (synapse) or mtkahypar,mtkahypar-map,"
+                         "corefold-synapse,corefold (multicast)")
+    ap.add_argument("--objective", choices=["synapse", "multicast"], default="synapse",
+                    help="what corefold optimises and every mapping is scored by")
     ap.add_argument("--graphs", default="", help="comma-separated subset of the bench graphs")
-    ap.add_argument("--scale", action="store_true", help="map a 10^8-synapse banded graph with corefold")
-    ap.add_argument("--scale-n", type=int, default=1_000_000)
+    ap.add_argument("--scale", action="store_true",
+                    help="map a banded graph of --scale-synapses (10^8) from an archive with corefold map")
+    ap.add_argument("--scale-synapses", type=float, default=1e8)
     ap.add_argument("--scale-degree", type=int, default=100)
+    ap.add_argument("--scale-dir", default=None, help="folder for the archive and the coarse levels")
+    ap.add_argument("--scale-set", action="append", default=[], metavar="NAME=VALUE",
+                    help="passed to corefold map as --set")
     ap.add_argument("--capacity-sweep", action="store_true",
                     help="lenet with growing synapse memory per core, corefold only")
     args = ap.parse_args()
     if args.capacity_sweep:
         capacity_sweep(args.seed)
     elif args.scale:
-        scale(args.seed, args.scale_n, args.scale_degree)
+        scale(args.seed, args.scale_synapses, args.scale_degree, args.scale_dir,
+              [a for item in args.scale_set for a in ("--set", item)])
     else:
-        bench(args.seed, args.methods.split(","), [g for g in args.graphs.split(",") if g])
+        default = ("mtkahypar,mtkahypar-map,corefold-synapse,corefold" if args.objective == "multicast"
+                   else "metis,scotch,corefold")
+        bench(args.seed, (args.methods or default).split(","), [g for g in args.graphs.split(",") if g],
+              args.objective)
 
 
 if __name__ == "__main__":

@@ -238,6 +238,73 @@ def light(args, tmp):
     return results
 
 
+def zoo(args, tmp):
+    """torchvision / transformers architectures with seeded weights, both torch exporters:
+    output SQNR of corefold's default quantizer and ORT's quantize_static (QDQ, u8 asymmetric
+    activations, s8 per-channel weights) on the same calibration samples, evaluated on other
+    samples in ONNX Runtime without its integer fusions (the ONNX semantics on every CPU),
+    and each tool's time."""
+    from corefold.frontend.onnx import load_model
+    from corefold.frontend.onnx.check import ort_session as cf_ort_session
+
+    names = [n for n in (args.zoo.split(",") if args.zoo else quant_models.ZOO)]
+    exporters = {"script": False, "dynamo": True}
+    rows = []
+    print(f"\n== zoo ({args.zoo_protocol} weights): {args.zoo_calib} calibration / {args.zoo_eval} evaluation samples, "
+          f"{args.bits} bits, images {args.image}px (vit_b_16: {args.vit_image}px), sequences {quant_models.ZOO_SEQ} ==")
+    print(f"{'model':<22}{'exporter':<9}{'corefold dB':>12}{'ORT dB':>9}{'diff':>7}{'cf s':>8}{'ORT s':>8}")
+    for name in names:
+        for exp in args.exporters.split(","):
+            image = args.vit_image if name == "vit_b_16" else args.image
+            try:
+                src = str(quant_models.zoo_model(name, exporters[exp], image=image, protocol=args.zoo_protocol))
+            except Exception as exc:  # noqa: BLE001 - a bench row reports the failure and goes on
+                print(f"{name:<22}{exp:<9} EXPORT FAILED: {type(exc).__name__}: {str(exc)[:100]}")
+                continue
+            calib = quant_models.zoo_inputs(name, src, args.zoo_calib, seed=1)
+            evals = quant_models.zoo_inputs(name, src, args.zoo_eval, seed=2)
+            fsess = cf_ort_session(src)
+            ref = [np.concatenate([np.asarray(o).reshape(1, -1) for o in fsess.run(None, f)], axis=1) for f in evals]
+            res = {}
+            for tool in ("corefold", "ort"):
+                dst = os.path.join(tmp, f"{name}.{exp}.{tool}.onnx")
+                t0 = time.perf_counter()
+                try:
+                    if tool == "ort":
+                        ort_quantize(src, dst, calib, False)
+                    else:
+                        graph = load_model(src)
+                        corefold_zoo_quantize(graph, dst, calib, args)
+                    secs = time.perf_counter() - t0
+                    qs = cf_ort_session(dst, qdq_exact=True)
+                    out = [np.concatenate([np.asarray(o).reshape(1, -1) for o in qs.run(None, f)], axis=1) for f in evals]
+                    res[tool] = (sqnr_db(ref, out), secs)
+                except Exception as exc:  # noqa: BLE001
+                    res[tool] = (float("nan"), f"{type(exc).__name__}: {str(exc)[:80]}")
+            (cs, ct), (os_, ot) = res["corefold"], res["ort"]
+            fmt = lambda t: f"{t:>8.1f}" if isinstance(t, float) else f"  {t}"  # noqa: E731
+            print(f"{name:<22}{exp:<9}{cs:>12.2f}{os_:>9.2f}{cs - os_:>+7.2f}{fmt(ct)}{fmt(ot)}", flush=True)
+            rows.append({"model": name, "exporter": exp, "corefold_db": round(cs, 2), "ort_db": round(os_, 2),
+                         "corefold_s": ct if isinstance(ct, float) else None, "ort_s": ot if isinstance(ot, float) else None})
+    ahead = sum(1 for r in rows if r["corefold_db"] >= r["ort_db"])
+    print(f"corefold >= ORT on {ahead} of {len(rows)}")
+    return rows
+
+
+def corefold_zoo_quantize(graph, dst: str, calib: list[dict[str, np.ndarray]], args) -> None:
+    from corefold.frontend.onnx import save_model
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.settings import override
+
+    with tempfile.TemporaryDirectory() as t:
+        npz = os.path.join(t, "calib.npz")
+        np.savez(npz, **{k: np.concatenate([f[k] for f in calib]) for k in calib[0]})
+        data = load_calibration(npz, graph)
+        settings = override(QuantizeSettings(bits=args.bits, engine=args.zoo_engine), args.set or [])
+        quantize_graph(graph, data, settings, progress=False)
+    save_model(graph, dst)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="digits,minilm,light")
@@ -250,6 +317,18 @@ def main() -> int:
     ap.add_argument("--minilm-target-sqnr", type=float, default=None, metavar="DB",
                     help="also run corefold's mixed precision on MiniLM to this output SQNR")
     ap.add_argument("--light-samples", type=int, default=2)
+    ap.add_argument("--zoo", default="", help="zoo models (comma-separated; default all of quant_models.ZOO)")
+    ap.add_argument("--exporters", default="script,dynamo", help="torch exporters for the zoo: script, dynamo")
+    ap.add_argument("--image", type=int, default=64, help="zoo image side")
+    ap.add_argument("--vit-image", type=int, default=64, help="vit_b_16 image side (224: the timing goal)")
+    ap.add_argument("--zoo-calib", type=int, default=4, help="zoo calibration samples")
+    ap.add_argument("--zoo-eval", type=int, default=4, help="zoo evaluation samples")
+    ap.add_argument("--zoo-protocol", default="init", choices=quant_models.ZOO_PROTOCOLS,
+                    help="how the zoo's seeded weights are set (quant_models.ZOO_PROTOCOLS; default init, as issue 9)")
+    ap.add_argument("--zoo-engine", default="corefold", choices=["corefold", "onnxruntime"],
+                    help="corefold's calibration engine on the zoo (default: corefold, as the CLI)")
+    ap.add_argument("--set", action="append", metavar="NAME=VALUE",
+                    help="a QuantizeSettings field for corefold on the zoo (repeatable; an ablation)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ort-no-fusion", action="store_true",
                     help="evaluate every model with ORT's graph optimisations off (QDQ reference semantics)")
@@ -258,7 +337,7 @@ def main() -> int:
     summary = {}
     with tempfile.TemporaryDirectory() as tmp:
         for m in args.models.split(","):
-            summary[m] = {"digits": digits, "minilm": minilm, "light": light}[m](args, tmp)
+            summary[m] = {"digits": digits, "minilm": minilm, "light": light, "zoo": zoo}[m](args, tmp)
     print("\nsummary:", summary)
     return 0
 

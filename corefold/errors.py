@@ -34,6 +34,46 @@ class CapacityError(CorefoldError):
     """Something can never fit the target, at any split or placement."""
 
 
+class CompileError(CorefoldError):
+    """A (sub)graph does not fit the target: one resource ran out (SPEC M1 §6).
+
+    Serial partitioning splits a subgraph when compiling it raises this; the fields say
+    which resource, where, how much was needed and what the limit is.
+
+    Attributes:
+        resource: ``"SRAM"``, ``"instruction memory"``, ``"NoC buffers"`` (all in bytes)
+            or ``"core count"`` (a count).
+        where: the place that ran out, e.g. ``"core (3,5)"`` or ``"target 'corefold-npu'"``.
+        need: the amount needed.
+        limit: the amount available.
+        detail: optional words on what needed it (an operator, a tensor).
+    """
+
+    BYTE_RESOURCES = ("SRAM", "instruction memory", "NoC buffers")
+
+    def __init__(self, resource: str, where: str, need: float, limit: float, detail: str = ""):
+        self.resource = resource
+        self.where = where
+        self.need = need
+        self.limit = limit
+        self.detail = detail
+        if resource in self.BYTE_RESOURCES:
+            amounts = f"{_bytes(need)} needed, {_bytes(limit)} available"
+        else:
+            amounts = f"{need:g} needed, {limit:g} available"
+        super().__init__(f"{resource} of {where}: {amounts}" + (f" ({detail})" if detail else ""))
+
+    def __reduce__(self):  # picklable across process pools (M1 compiles in parallel)
+        return (type(self), (self.resource, self.where, self.need, self.limit, self.detail))
+
+
+def _bytes(n: float) -> str:
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 class InternalError(Exception):
     """An invariant of corefold itself is broken: a bug, never the user's fault.
 

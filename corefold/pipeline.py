@@ -181,7 +181,7 @@ class Pipeline:
             from corefold.executor import random_inputs, run
 
             feeds = random_inputs(graph, seed=ctx.seed)
-            reference = run(graph, feeds)
+            reference = list(run(graph, feeds).items())  # by position: a pass may rename an output
         steps = []
         for p in self.passes:
             t0 = time.perf_counter()
@@ -198,11 +198,12 @@ class Pipeline:
                 from corefold.executor import run
 
                 allowed = allowed.looser(p.equivalence)
-                got = run(graph, feeds)
-                for name, want in reference.items():
-                    if name not in got:
-                        raise InternalError(f"pass '{p.name}' lost graph output '{name}'")
-                    why = allowed.mismatch(np.asarray(want), np.asarray(got[name]))
+                got = list(run(graph, feeds).values())
+                if len(got) != len(reference):
+                    raise InternalError(f"pass '{p.name}' changed the number of graph outputs "
+                                        f"({len(reference)} -> {len(got)})")
+                for (name, want), now in zip(reference, got, strict=True):
+                    why = allowed.mismatch(np.asarray(want), np.asarray(now))
                     if why:
                         raise InternalError(f"pass '{p.name}' changed output '{name}': {why}")
         return PipelineResult(graph, steps)

@@ -42,6 +42,8 @@ def test_mapping_never_sees_the_ir():
 def test_ir_depends_only_on_ops_and_errors():
     offenders = []
     for path in (ROOT / "ir").rglob("*.py"):
+        if path.name.endswith("_test.py"):
+            continue
         for m in _imports(path):
             if m.startswith("corefold.") and not m.startswith(("corefold.ir", "corefold.ops", "corefold.errors")):
                 offenders.append((str(path.relative_to(ROOT)), m))
@@ -52,4 +54,14 @@ def test_library_code_never_imports_the_cli():
     offenders = [str(p.relative_to(ROOT)) for p in _sources()
                  if p.relative_to(ROOT).parts[0] not in ("cli", "__main__.py")
                  and any(m == "corefold.cli" or m.startswith("corefold.cli.") for m in _imports(p))]
+    assert offenders == []
+
+
+def test_sim_reads_the_executable_and_the_kernels_never_the_passes():
+    """sim/ runs what the backend wrote, with the executor's kernels: it never reaches into the
+    compiler's passes (nor the frontend, nor the mapper) to recompute what lowering decided."""
+    banned = ("corefold.passes", "corefold.frontend", "corefold.mapping", "corefold.pipeline", "corefold.cli")
+    sources = [p for p in (ROOT / "sim").rglob("*.py") if not p.name.endswith("_test.py")]
+    assert sources, "corefold/sim is missing"
+    offenders = [(str(p.relative_to(ROOT)), m) for p in sources for m in _imports(p) if m.startswith(banned)]
     assert offenders == []

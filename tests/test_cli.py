@@ -79,12 +79,12 @@ def test_not_onnx_and_truncated_files(tmp_path):
 
 
 def test_unsupported_operator_names_node_and_op(tmp_path):
-    node = helper.make_node("Einsum", ["x", "x"], ["y"], name="the_einsum", equation="ij,ij->ij")
+    node = helper.make_node("NonZero", ["x"], ["y"], name="the_nonzero")
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
-    path = tmp_path / "einsum.onnx"
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    path = tmp_path / "nonzero.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    assert_one_line_error(corefold("run", str(path)), "the_einsum", "Einsum")
+    assert_one_line_error(corefold("run", str(path)), "the_nonzero", "NonZero")
 
 
 def _dynamic_model(path: Path) -> None:
@@ -125,3 +125,17 @@ def test_failed_run_leaves_no_output(tmp_path):
     proc = corefold("run", EXAMPLE, "--inputs", str(tmp_path / "wrong.npz"), "-o", str(out))
     assert proc.returncode == 2
     assert list(tmp_path.iterdir()) == [tmp_path / "wrong.npz"]
+
+
+def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
+    """``corefold ... | head``: the reader goes away; exit 141 (SIGPIPE's status), no
+    'internal error' line."""
+    import corefold.cli.inspect as inspect_cmd
+    from corefold.cli import main
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(inspect_cmd, "run", broken)
+    assert main(["inspect", str(example_path("tiny_cnn.onnx"))]) == 141
+    assert "internal error" not in capsys.readouterr().err

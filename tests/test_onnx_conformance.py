@@ -27,7 +27,6 @@ REFUSED = {
     **{f"test_expand_shape_model{i}": ShapeError for i in range(1, 5)},  # Expand to a fed shape
     "test_gradient_of_add": UnsupportedOpError, "test_gradient_of_add_and_mul": UnsupportedOpError,
     "test_sequence_model1": UnsupportedOpError, **{f"test_sequence_model{i}": UnsupportedOpError for i in range(2, 9)},
-    "test_shrink": UnsupportedOpError,
     **{n: UnsupportedOpError for n in (  # string tensors
         "test_strnorm_model_monday_casesensintive_lower", "test_strnorm_model_monday_casesensintive_nochangecase",
         "test_strnorm_model_monday_casesensintive_upper", "test_strnorm_model_monday_empty_output",

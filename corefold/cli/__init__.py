@@ -8,7 +8,7 @@ Exit statuses: 0 success; 1 a check that ran and found a difference (``--check``
 user's input is at fault (a :class:`~corefold.errors.CorefoldError` anywhere, or a bad
 argument), reported in one line on stderr naming the culprit; 70 an internal error (a
 corefold bug: :class:`~corefold.errors.InternalError` or any unexpected exception), one
-line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 130 interrupted
+line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 141 the output pipe closed (``corefold ... | head``); 130 interrupted
 (Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output.
 """
 
@@ -48,6 +48,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("order", "corefold.cli.order", "reorder operators to minimise the simulated makespan on the target"),
     ("topology", "corefold.cli.topology", "generate, expand, convert and describe neuron-level topologies"),
     ("map", "corefold.cli.map", "place a neuron-level topology on the cores of a target"),
+    ("lower", "corefold.cli.lower", "lower a model onto the target's core mesh into an executable (.cfx)"),
+    ("compile", "corefold.cli.compile", "ONNX to a build: quantize, split, serial partitioning (M1), lower, link"),
+    ("sim", "corefold.cli.sim", "run an executable (.cfx) or a build folder as the chip would: outputs, latency, "
+                                "traffic, trace"),
 ]
 
 
@@ -85,12 +89,24 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _pipe_closed() -> int:
+    """Exit status 141 (SIGPIPE's) after the reader of stdout went away, with stdout sent
+    to /dev/null so that the interpreter's final flush raises nothing more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument (already printed)
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USER_ERROR
+    except BrokenPipeError:  # --help-settings | head
+        return _pipe_closed()
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
@@ -111,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         _say(f"{prog}: terminated")
         return 143
+    except BrokenPipeError:  # the reader went away (corefold ... | head): stop quietly, as Unix tools do
+        return _pipe_closed()
     except (InternalError, Exception) as exc:  # noqa: BLE001 - a bug: report it as one
         if os.environ.get("COREFOLD_DEBUG"):
             traceback.print_exc()

@@ -21,9 +21,56 @@ def parse_shape_binding(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (seeds, counts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (no nan, no inf)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def parse_value_binding(text: str) -> tuple[str, str]:
+    """Parse ``name=path.npy`` into ``("name", "path.npy")`` (the file is read later)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--value {text!r}: expected NAME=FILE.npy")
+    return name, path
+
+
 def add_shape_argument(parser: argparse.ArgumentParser) -> None:
+    """``--shape NAME=D0,D1,...`` and ``--value NAME=FILE.npy`` (both repeatable)."""
     parser.add_argument("--shape", action="append", type=parse_shape_binding, default=[], metavar="NAME=D0,D1,...",
                         help="bind an input's shape (repeatable); required for dynamic dimensions")
+    parser.add_argument("--value", action="append", type=parse_value_binding, default=[], metavar="NAME=FILE.npy",
+                        help="bind an input to the array in a .npy file, folded into the model as a constant "
+                             "(repeatable): specialises on axes, shapes, indices, k, conditions given as inputs")
 
 
 def add_target_argument(parser: argparse.ArgumentParser) -> None:
@@ -33,3 +80,30 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
 
 def shape_bindings(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     return dict(args.shape or [])
+
+
+def value_bindings(args: argparse.Namespace) -> dict:
+    """The arrays of ``--value NAME=FILE.npy``, by input name.
+
+    Raises:
+        DataError: a file is missing or not a NumPy ``.npy`` array, or a name is bound twice.
+    """
+    import numpy as np
+
+    from corefold.errors import DataError
+
+    values = {}
+    for name, path in getattr(args, "value", None) or []:
+        if name in values:
+            raise DataError(f"--value {name}: the input is bound twice")
+        try:
+            values[name] = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise DataError(f"--value {name}={path}: no such file") from None
+        except IsADirectoryError:
+            raise DataError(f"--value {name}={path}: is a folder, not a .npy file") from None
+        except (ValueError, OSError, EOFError) as exc:
+            raise DataError(f"--value {name}={path}: not a NumPy .npy array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        if not isinstance(values[name], np.ndarray):
+            raise DataError(f"--value {name}={path}: holds several arrays (an .npz); give one .npy array")
+    return values

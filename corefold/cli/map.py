@@ -6,7 +6,11 @@ import argparse
 import sys
 import time
 
-from corefold.cli.common import add_target_argument
+from corefold.cli.common import add_target_argument, non_negative_int
+from corefold.cli.settings_args import add_settings_arguments
+
+#: the largest mesh ``--mesh`` accepts (a million cores; real chips have thousands)
+MAX_MESH_CORES = 1 << 20
 
 
 def _mesh(text: str) -> tuple[int, int]:
@@ -17,6 +21,9 @@ def _mesh(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"--mesh {text!r}: expected WxH, e.g. 9x9") from None
     if not sep or min(dims) < 1:
         raise argparse.ArgumentTypeError(f"--mesh {text!r}: expected WxH with positive sizes")
+    if dims[0] * dims[1] > MAX_MESH_CORES:
+        raise argparse.ArgumentTypeError(f"--mesh {text!r}: {dims[0] * dims[1]:,} cores; at most "
+                                         f"{MAX_MESH_CORES:,} are supported")
     return dims
 
 
@@ -30,6 +37,7 @@ def _positive(text: str) -> int:
     return v
 
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topology", metavar="TOPOLOGY",
                         help="topology file: archive .zip, CSR .npz or edge list")
@@ -38,11 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_argument(parser)
     parser.set_defaults(target="neuromorphic")
     parser.add_argument("--mesh", type=_mesh, metavar="WxH", help="override: one chip of W x H cores")
+    parser.add_argument("--chips", type=_mesh, metavar="CxR",
+                        help="override: a board of C x R chips (of the target's or --mesh's chip)")
     parser.add_argument("--neurons-per-core", type=_positive, metavar="N", help="override the neuron capacity")
     parser.add_argument("--synapses-per-core", type=_positive, metavar="S", help="override the synapse capacity")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
-    parser.add_argument("--preset", default="default", choices=["fast", "default", "strong", "seed"],
-                        help="mapper settings preset (default: default)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--preset", default="default", choices=["default", "fast", "strong", "seed"],
+                        help="mapper settings preset (default: default; seed = the seed's order of phases)")
+    add_settings_arguments(parser, "corefold.mapping.settings:MapSettings", dest="settings")
+    parser.add_argument("--objective", choices=["synapse", "multicast"],
+                        help="traffic counted per synapse (default) or per spike along its XY multicast tree "
+                             "(needs the synapses' directions; same as --set objective=...)")
     parser.add_argument("--threads", type=_positive, metavar="N",
                         help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
@@ -73,8 +87,8 @@ def load_any_topology(path: str):
         raise CorefoldError(f"topology '{path}': cannot read as CSR .npz ({exc})") from None
 
 
-def draw_heatmap(links, path: str) -> None:
-    """Max of the four directed link loads at each core, as an image.
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend.
 
     Raises:
         CorefoldError: matplotlib is not installed.
@@ -88,7 +102,16 @@ def draw_heatmap(links, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise CorefoldError("--heatmap needs matplotlib: pip install 'corefold[plot]'") from None
-    from corefold.cli.common import atomic_output
+    return plt
+
+
+def draw_heatmap(links, path: str) -> None:
+    """Max of the four directed link loads at each core, written as a PNG to ``path``.
+
+    Raises:
+        CorefoldError: matplotlib is not installed.
+    """
+    plt = _pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 5))
     im = ax.imshow(links.max(axis=2), origin="lower", cmap="inferno")
@@ -96,8 +119,7 @@ def draw_heatmap(links, path: str) -> None:
     ax.set_ylabel("y (core)")
     ax.set_title("max outgoing link load per core (XY routing)")
     fig.colorbar(im, ax=ax, label="traffic")
-    with atomic_output(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
+    fig.savefig(path, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -106,46 +128,73 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from corefold.cli.common import atomic_output
+    from corefold.io import atomic_outputs, check_outputs
     from corefold.mapping import objectives
     from corefold.mapping.mapper import core_capacities, map_topology
+    from corefold.mapping.out_of_core import evaluate_archive, map_archive, wants_out_of_core
     from corefold.mapping.settings import MapSettings
+    from corefold.mapping.topology.archive import ArchiveReader
+    from corefold.settings import SettingsError, override
     from corefold.target import load_target
 
+    check_outputs([("-o", args.output), ("--heatmap", args.heatmap)], inputs=[args.topology])
+    if args.heatmap:
+        _pyplot()  # fail before the work when matplotlib is missing
     t0 = time.perf_counter()
+    settings = override(MapSettings.preset(args.preset), args.settings)
+    if args.threads:
+        settings = replace(settings, threads=args.threads)
+    if args.objective:
+        settings = replace(settings, objective=args.objective)
     target = load_target(args.target)
     if args.mesh:
         target = target.with_mesh(*args.mesh)
+    if args.chips:
+        target = replace(target, chips_x=args.chips[0], chips_y=args.chips[1], unusable_cores=frozenset())
     if args.neurons_per_core:
         target = replace(target, neurons_per_core=args.neurons_per_core)
     if args.synapses_per_core:
         target = replace(target, synapses_per_core=args.synapses_per_core)
     caps = core_capacities(target)
-    topo = load_any_topology(args.topology)
     progress = None if not args.no_progress else False
-    settings = MapSettings.preset(args.preset)
-    if args.threads:
-        settings = replace(settings, threads=args.threads)
-    mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
-    ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
-                             target.mesh_height, target.interchip_hop_cost,
-                             (target.neurons_per_core, target.synapses_per_core))
+    if wants_out_of_core(args.topology, settings):
+        if settings.objective == "multicast":
+            raise SettingsError("the multicast objective needs the topology in memory: --set out_of_core=never "
+                                "(or a larger --set memory_budget_gib)")
+        mapping = map_archive(args.topology, target, settings, seed=args.seed, progress=progress)
+        ev = evaluate_archive(args.topology, mapping.core_xy, target)
+        with ArchiveReader(args.topology) as reader:
+            sizes = reader.vertex_loads()[0]
+            counts = (reader.num_vertices, int(sizes.sum()), reader.manifest["entries"] // 2)
+        ev["synapse_traffic"], ev["multicast_traffic"], ev["connectivity"] = ev["traffic"], np.nan, np.nan
+    else:
+        topo = load_any_topology(args.topology)
+        mapping = map_topology(topo, target, settings, seed=args.seed, progress=progress)
+        ev = objectives.evaluate(topo, mapping.core_xy, target.width, target.height, target.mesh_width,
+                                 target.mesh_height, target.interchip_hop_cost,
+                                 (target.neurons_per_core, target.synapses_per_core), objective=settings.objective)
+        counts = (topo.num_vertices, int(topo.neuron_sizes.sum()), topo.num_edges)
+        del topo
     elapsed = time.perf_counter() - t0
     fill = ev["fill"]
-    with atomic_output(args.output, suffix=".npz") as tmp:
-        with open(tmp, "wb") as f:
+    # the mapping and the heatmap appear together or not at all
+    with atomic_outputs([args.output] + ([args.heatmap] if args.heatmap else [])) as tmps:
+        with open(tmps[0], "wb") as f:
             np.savez(f, core_xy=mapping.core_xy.astype(np.int64), cut=ev["cut"], traffic=ev["traffic"],
                      lower_bound=ev["lower_bound"], max_link_load=ev["max_link_load"],
                      link_loads=ev["link_loads"], core_fill=fill, capacities=caps,
-                     violations=ev["violations"], seconds=elapsed)
-    if args.heatmap:
-        draw_heatmap(ev["link_loads"], args.heatmap)
+                     violations=ev["violations"], seconds=elapsed, objective=settings.objective,
+                     synapse_traffic=ev["synapse_traffic"], multicast_traffic=ev["multicast_traffic"],
+                     connectivity=ev["connectivity"])
+        if args.heatmap:
+            draw_heatmap(ev["link_loads"], tmps[1])
     lb = ev["lower_bound"]
-    print(f"mapped {topo.num_vertices} vertices ({int(topo.neuron_sizes.sum())} neurons, "
-          f"{topo.num_edges} edges) onto {ev['cores_used']} cores of {target.name} "
-          f"({target.width}x{target.height})")
+    print(f"mapped {counts[0]} vertices ({counts[1]} neurons, {counts[2]} edges) onto {ev['cores_used']} cores of "
+          f"{target.name} ({target.width}x{target.height})" + (" out of core" if mapping.summary.get("out_of_core")
+                                                                else ""))
     print(f"cut                  {ev['cut']:.6g}")
-    print(f"hop-weighted traffic {ev['traffic']:.6g}")
+    other = "multicast" if settings.objective == "synapse" else "synapse"
+    print(f"hop-weighted traffic {ev['traffic']:.6g}  ({settings.objective}; {other}: {ev[other + '_traffic']:.6g})")
     print(f"lower bound          {lb:.6g}  (traffic / bound = {ev['traffic'] / lb if lb > 0 else 1.0:.3f})")
     print(f"max link load        {ev['max_link_load']:.6g}")
     for d, name in enumerate(("neurons", "synapses")):

@@ -59,3 +59,41 @@ def test_map_threads_option_gives_the_same_mapping(tmp_path):
                      "--threads", threads, "--no-progress"]) == 0
         outs.append(np.load(out)["core_xy"])
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_map_set_reaches_the_settings_and_help_lists_them(tmp_path, capsys):
+    src = tmp_path / "g.npz"
+    _write(src, conv_like_graph(600, 2))
+    used = []
+    for extra in ([], ["--set", "max_fill=0.5", "--set", "bisection_restarts=2"]):
+        out = tmp_path / f"m{len(extra)}.npz"
+        assert main(["map", str(src), "-o", str(out), "--mesh", "4x4", "--neurons-per-core", "100", "--preset",
+                     "fast", "--no-progress", *extra]) == 0
+        xy = np.load(out)["core_xy"]
+        used.append(np.unique(xy, axis=0).shape[0])
+    # 7 = ceil(600 / (100 * 0.97)) cores; at a fill of 0.5 the region has 12 (refinement may empty some)
+    assert used[0] == 7 and used[1] > 7
+    capsys.readouterr()
+    try:
+        main(["map", "--help-settings"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    text = capsys.readouterr().out
+    for name in ("matching_limit", "matching_repeats", "min_shrink", "bisection_restarts", "force_fraction",
+                 "force_iterations"):
+        assert f"  {name} (" in text
+    assert text.count("No effect under the default preset") >= 2
+
+
+def test_map_bad_setting_is_one_line_and_writes_nothing(tmp_path, capsys):
+    src = tmp_path / "g.npz"
+    _write(src, conv_like_graph(300, 2))
+    out = tmp_path / "m.npz"
+    for bad in ("force_fraction=2", "no_such=1", "bisection_restarts=many"):
+        rc = main(["map", str(src), "-o", str(out), "--mesh", "2x2", "--neurons-per-core", "100", "--set", bad,
+                   "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and bad.split("=")[0] in err
+        assert not out.exists()
+    rc = main(["map", str(src), "-o", str(src), "--mesh", "2x2", "--neurons-per-core", "100", "--no-progress"])
+    assert rc == 2 and "input" in capsys.readouterr().err

@@ -9,7 +9,14 @@ import zipfile
 
 import numpy as np
 
-from corefold.cli.common import add_shape_argument, atomic_output, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    atomic_output,
+    check_outputs,
+    non_negative_int,
+    shape_bindings,
+    value_bindings,
+)
 from corefold.errors import CorefoldError, DataError
 
 
@@ -25,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shape_argument(p)
     p.add_argument("--inputs", metavar="IN.npz", help="inputs keyed by input name (default: seeded random)")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs keyed by output name")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--check", action="store_true",
                    help=f"compare with ONNX Runtime; exit 1 if any output differs beyond rtol {RTOL}, atol {ATOL}")
 
@@ -49,8 +56,13 @@ def run(args: argparse.Namespace) -> int:
     from corefold.executor import random_inputs
     from corefold.executor import run as execute
     from corefold.frontend.onnx import load_model
+    from corefold.ir.liveness import liveness
+    from corefold.resources import check_memory
 
-    graph = load_model(args.model, shape_bindings(args))
+    check_outputs([("-o", args.output)], inputs=[args.model, args.inputs])
+    values = value_bindings(args)
+    graph = load_model(args.model, shape_bindings(args), values=values)
+    check_memory(liveness(graph).peak_bytes(), f"running '{args.model}' (its live activations at the peak)")
     feeds = load_npz(args.inputs) if args.inputs else random_inputs(graph, seed=args.seed)
     outputs = execute(graph, feeds)
     for name, arr in outputs.items():
@@ -63,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 np.savez(f, **outputs)
         print(f"wrote {args.output}")
     if args.check:
-        return _check(args.model, feeds, outputs)
+        return _check(args.model, {**feeds, **values}, outputs)  # ONNX Runtime is fed the bound values
     return 0
 
 
@@ -83,11 +95,15 @@ def _check(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.
             print(f"check {name}: shape {list(got.shape)} differs from ONNX Runtime's {list(want.shape)}")
             worst_ok = False
             continue
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        g64, w64 = got.astype(np.float64), want.astype(np.float64)
+        same_nan = np.isnan(g64) & np.isnan(w64)  # NaN where ONNX Runtime has NaN is agreement
+        same_inf = np.isinf(g64) & (g64 == w64)
+        diff = np.where(same_nan | same_inf, 0.0, np.abs(g64 - w64))
+        diff = np.nan_to_num(diff, nan=np.inf)
         max_abs = float(diff.max()) if diff.size else 0.0
-        rel = diff / np.maximum(np.abs(want.astype(np.float64)), 1e-30)
+        rel = diff / np.maximum(np.abs(np.nan_to_num(w64)), 1e-30)
         max_rel = float(rel.max()) if rel.size else 0.0
-        ok = bool(np.allclose(got, want, rtol=RTOL, atol=ATOL))
+        ok = bool(np.all(same_nan | same_inf | np.isclose(g64, w64, rtol=RTOL, atol=ATOL)))
         worst_ok &= ok
         print(f"check {name}: max abs error {max_abs:.3g}, max rel error {max_rel:.3g} vs ONNX Runtime: "
               f"{'ok' if ok else 'MISMATCH'} (rtol {RTOL}, atol {ATOL})")

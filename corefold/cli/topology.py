@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import argparse
 
-from corefold.cli.common import add_shape_argument, shape_bindings
+from corefold.cli.common import (
+    add_shape_argument,
+    finite_float,
+    non_negative_int,
+    positive_int,
+    shape_bindings,
+    value_bindings,
+)
 
 NETWORKS = ("cifar-cnn", "lenet", "vgg-small", "vgg11", "mobilenet-tiny")
 GENERATORS = NETWORKS + ("small-world", "random")
@@ -26,27 +33,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = sub.add_parser("generate", help="build a CNN's neuron-level topology or a seeded synthetic graph")
     g.add_argument("kind", choices=GENERATORS)
     g.add_argument("-o", "--output", required=True, help="output file (.zip, .npz, .txt)")
-    g.add_argument("--seed", type=int, default=0, help="random seed (small-world, random)")
-    g.add_argument("--n", type=int, default=100_000, help="vertices (small-world, random; default 100000)")
-    g.add_argument("--k", type=int, default=10, help="small-world: lattice neighbours, even (default 10)")
-    g.add_argument("--p", type=float, default=0.1, help="small-world: rewiring probability (default 0.1)")
-    g.add_argument("--synapses", type=int, default=1_000_000, help="random: directed synapses (default 1e6)")
-    g.add_argument("--max-weight", type=int, default=1, help="random: weights uniform in [1, W]")
-    g.add_argument("--level", type=int, default=None, help="deflate level for .zip (default 1)")
+    g.add_argument("--seed", type=non_negative_int, default=0, help="random seed (small-world, random)")
+    g.add_argument("--n", type=positive_int, default=100_000, help="vertices (small-world, random; default 100000)")
+    g.add_argument("--k", type=positive_int, default=10, help="small-world: lattice neighbours, even (default 10)")
+    g.add_argument("--p", type=_probability, default=0.1, help="small-world: rewiring probability (default 0.1)")
+    g.add_argument("--synapses", type=non_negative_int, default=1_000_000,
+                   help="random: directed synapses (default 1e6)")
+    g.add_argument("--max-weight", type=positive_int, default=1, help="random: weights uniform in [1, W]")
+    g.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
 
     e = sub.add_parser("expand", help="expand an ONNX model's conv and dense layers into neurons")
     e.add_argument("model", help="ONNX model")
     e.add_argument("-o", "--output", required=True)
     add_shape_argument(e)
-    e.add_argument("--level", type=int, default=None, help="deflate level for .zip (default 1)")
+    e.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
 
     c = sub.add_parser("convert", help="convert between .zip archive, .npz and edge list")
     c.add_argument("input")
     c.add_argument("output")
-    c.add_argument("--level", type=int, default=None, help="deflate level for .zip (default 1)")
+    c.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
 
     i = sub.add_parser("info", help="print vertices, edges, total weight and degree statistics")
     i.add_argument("file")
+
+
+def _level(text: str) -> int:
+    value = non_negative_int(text)
+    if value > 9:
+        raise argparse.ArgumentTypeError(f"{text!r}: deflate levels are 0 to 9")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = finite_float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a probability in [0, 1]")
+    return value
 
 
 def _stats(label: str, values) -> str:
@@ -103,7 +125,11 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "info":
         _info(args.file)
         return 0
+    from corefold.io import check_outputs
+
     start = time.perf_counter()
+    source = args.input if args.action == "convert" else (args.model if args.action == "expand" else None)
+    check_outputs([("-o" if args.action != "convert" else "OUTPUT", args.output)], inputs=[source])
     if args.action == "convert":
         topology_format(args.output)  # fail before reading a large input
         topo = convert_topology(args.input, args.output, level=args.level, progress=True)
@@ -118,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 raise CorefoldError("the ONNX importer (corefold.frontend.onnx) is not available in this build") from None
             from corefold.mapping.topology.expand import expand_topology
 
-            topo = expand_topology(load_model(args.model, shape_bindings(args)))
+            topo = expand_topology(load_model(args.model, shape_bindings(args), values=value_bindings(args)))
         elif args.kind in NETWORKS:
             from corefold.mapping.topology.generate_cnn import stack_topology
 

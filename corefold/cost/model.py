@@ -9,9 +9,13 @@ For an operator ``o`` bound to unit kind ``u(o)`` with throughput ``r_u`` per cy
               bytes moved(o)      if u = dma      (transpose, concat, slice, pad, gather...)
 
 and a transfer of ``b`` bytes between DRAM and a core takes
-``b / min(r_dma * f, dram_bandwidth)`` (SPEC M3 §5's T1). Shape-only ops (Reshape,
-Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) cost nothing. On a
-``kind = "gpu"`` target the time is a roofline instead (:mod:`corefold.cost.roofline`).
+``b / min(r_dma * f, dram_bandwidth)`` (SPEC M3 §5's T1). The unit kind and the work of
+each operator come from the operator table (``corefold.ops``, facet ``cost``); shape-only
+ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) cost nothing.
+An operator the table lacks is an UnsupportedOpError, never a silent default (PyTorch's
+aten operators get their entries as the torch importer meets them,
+``corefold.ops.defs.aten``). On a ``kind = "gpu"`` target the time is a roofline instead
+(:mod:`corefold.cost.roofline`).
 Every function here is O(1) per node (O(V) per graph).
 """
 
@@ -22,23 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corefold import ops
 from corefold.ir import Graph, Node
+from corefold.ir.liveness import liveness
 from corefold.target import Target
-
-#: Operators that only reinterpret a tensor's shape: no work, no unit time.
-FREE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Shape", "Constant"})
-
-#: Operators that move data without arithmetic: run on the DMA unit, work = output bytes.
-MOVE_OPS = frozenset({"Transpose", "Concat", "Split", "Slice", "Pad", "Gather", "Expand", "Tile", "Cast",
-                      "ConstantOfShape", "DepthToSpace", "SpaceToDepth"})
-
-#: Vector operations per output element for element-wise operators.
-ELEMENTWISE_OPS_PER_ELEMENT = {
-    "Relu": 1, "LeakyRelu": 2, "Clip": 2, "Neg": 1, "Abs": 1, "Add": 1, "Sub": 1, "Mul": 1, "Div": 1,
-    "Max": 1, "Min": 1, "Sqrt": 4, "Pow": 8, "Exp": 8, "Log": 8, "Sigmoid": 10, "Tanh": 10, "Erf": 10,
-    "HardSigmoid": 3, "HardSwish": 4, "BatchNormalization": 2, "QuantizeLinear": 3, "DequantizeLinear": 2,
-    "Where": 1, "Equal": 1, "Less": 1, "Greater": 1, "Not": 1, "Reciprocal": 4,
-}
 
 
 @dataclass(frozen=True)
@@ -79,62 +70,15 @@ def transfer_seconds(nbytes: float, target: Target) -> float:
     return float(nbytes) / rate
 
 
-def _prod(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
-
-
-def _macs(node: Node) -> int:
-    op = node.op_type
-    ins = node.inputs
-    out = node.outputs[0]
-    if op == "Conv":
-        w = ins[1].shape  # (M, C/group, k...)
-        return _prod(out.shape) * _prod(w[1:])
-    if op == "ConvTranspose":
-        x, w = ins[0].shape, ins[1].shape  # w: (C, M/group, k...)
-        return _prod(x) * _prod(w[1:])
-    if op in ("MatMul", "MatMulInteger", "Gemm"):
-        a = ins[0].shape
-        if op == "Gemm":
-            k = a[0] if node.attrs.get("transA", 0) else a[-1]
-        else:
-            k = a[-1]
-        return _prod(out.shape) * int(k)
-    return 0
-
-
-def _vector_ops(node: Node) -> float:
-    op = node.op_type
-    out_elems = _prod(node.outputs[0].shape)
-    in_elems = _prod(node.inputs[0].shape) if node.inputs and node.inputs[0] is not None else out_elems
-    if op in ("Sum", "Max", "Min", "Mean"):  # variadic: one op per extra input
-        return out_elems * max(1, len([v for v in node.inputs if v is not None]) - 1)
-    if op in ELEMENTWISE_OPS_PER_ELEMENT:
-        return ELEMENTWISE_OPS_PER_ELEMENT[op] * out_elems
-    if op in ("MaxPool", "AveragePool"):
-        return out_elems * _prod(node.attrs.get("kernel_shape", [1]))
-    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
-        return in_elems
-    if op == "LRN":
-        return out_elems * (int(node.attrs.get("size", 1)) + 3)
-    if op in ("Softmax", "LogSoftmax"):
-        return out_elems * 5
-    if op == "LayerNormalization":
-        return out_elems * 8
-    if op == "Resize":
-        mode = node.attrs.get("mode", "nearest")
-        return out_elems * (1 if mode == "nearest" else 8)
-    return out_elems
-
-
 def unit_of(node: Node) -> str:
-    """The unit kind that runs ``node``: matrix for MAC-heavy ops, dma for data movement,
-    vector for the rest."""
-    if node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger", "ConvInteger"):
-        return "matrix"
-    if node.op_type in MOVE_OPS:
-        return "dma"
-    return "vector"
+    """The unit kind that runs ``node`` (the operator table's cost facet; shape-only ops
+    are booked on the vector unit at zero time).
+
+    Raises:
+        UnsupportedOpError: the operator is not in the table.
+    """
+    unit = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").cost.unit
+    return "vector" if unit == "free" else unit
 
 
 def op_cost(node: Node, target: Target) -> OpCost:
@@ -146,22 +90,18 @@ def op_cost(node: Node, target: Target) -> OpCost:
     input_bytes = sum(v.nbytes for v in node.inputs if v is not None and not v.is_constant)
     weight_bytes = sum(v.nbytes for v in node.inputs if v is not None and v.is_constant)
     output_bytes = sum(v.nbytes for v in node.outputs)
-    unit = unit_of(node)
-    macs = 0
-    if node.op_type in FREE_OPS:
-        work = 0.0
-        flops = 0
-    elif unit == "matrix":
-        macs = _macs(node)
-        work = float(macs)
+    entry = ops.get(node.op_type, node.domain, where=f"node '{node.name}'")
+    ins = [None if v is None else (v.shape, v.dtype) for v in node.inputs]
+    outs = [(v.shape, v.dtype) for v in node.outputs]
+    unit, work, macs = ops.work(entry, node.attrs, ins, outs)
+    if unit == "matrix":
         has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
-        flops = 2 * macs + (_prod(node.outputs[0].shape) if has_bias else 0)
-    elif unit == "dma":
-        work = float(output_bytes)
-        flops = 0
-    else:
-        work = float(_vector_ops(node))
+        flops = 2 * macs + (int(np.prod(node.outputs[0].shape, dtype=np.int64)) if has_bias else 0)
+    elif unit == "vector":
         flops = int(work)
+    else:
+        flops = 0
+    unit = "vector" if unit == "free" else unit
     u = target.units[unit]
     cost = OpCost(node.op_type, macs, flops, input_bytes, weight_bytes, output_bytes, unit, work,
                   work / (u.throughput * target.clock_hz))
@@ -211,26 +151,7 @@ def graph_cost(graph: Graph, target: Target) -> GraphCost:
     gc.parameter_bytes = sum(v.nbytes for v in used_consts)
     gc.activation_bytes = sum(v.nbytes for v in graph.inputs) + sum(o.nbytes for n in order for o in n.outputs)
     # live-set peak over the topological order: a value lives from its producer to its last use
-    last_use: dict[int, int] = {}
-    for i, n in enumerate(order):
-        for v in n.inputs:
-            if v is not None and not v.is_constant:
-                last_use[id(v)] = i
-    outputs = {id(v) for v in graph.outputs}
-    live = sum(v.nbytes for v in graph.inputs)
-    peak = live
-    frees: dict[int, int] = defaultdict(int)
-    for v in graph.inputs:
-        if id(v) not in outputs and id(v) in last_use:
-            frees[last_use[id(v)]] += v.nbytes
-    for i, n in enumerate(order):
-        for o in n.outputs:
-            live += o.nbytes
-            if id(o) not in outputs:
-                frees[last_use.get(id(o), i)] += o.nbytes
-        peak = max(peak, live)
-        live -= frees.pop(i, 0)
-    gc.peak_live_bytes = peak
+    gc.peak_live_bytes = liveness(graph, order).peak_bytes()
     gc.seconds_by_unit = {k: by_unit.get(k, 0.0) for k in target.units}
     gc.count_by_op = dict(count)
     gc.macs_by_op = dict(macs_by)

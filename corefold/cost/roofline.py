@@ -21,8 +21,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from corefold import ops
 from corefold.cost.aten import aten_flops
-from corefold.cost.model import FREE_OPS
 from corefold.ir import Node
 from corefold.ir.domains import ATEN_DOMAIN, MEMORY_DOMAIN
 from corefold.target import Target
@@ -39,6 +39,12 @@ def is_view(node: Node) -> bool:
     return bool(node.meta.get("view"))
 
 
+def is_free(node: Node) -> bool:
+    """Whether the operator table books ``node`` as shape-only (cost unit "free")."""
+    entry = ops.lookup(node.op_type, node.domain)
+    return entry is not None and entry.cost is not ops.NONE and entry.cost.unit == "free"
+
+
 def roofline(base, node: Node, target: Target):
     """``base`` (an :class:`~corefold.cost.model.OpCost` from the generic formulas) with
     its FLOPs and time set by the roofline of ``target.device``."""
@@ -47,7 +53,7 @@ def roofline(base, node: Node, target: Target):
         nbytes = sum(v.nbytes for v in node.inputs if v is not None)
         return replace(base, flops=0, unit="dma", work=float(nbytes),
                        compute_seconds=dev.host_transfer_seconds(nbytes))
-    if is_view(node) or (not node.domain and node.op_type in FREE_OPS):
+    if is_view(node) or is_free(node):
         return replace(base, compute_seconds=0.0)
     flops = base.flops
     matrix = base.unit == "matrix"

@@ -1,11 +1,12 @@
-"""The reference executor: runs an IR graph with NumPy float32 kernels.
+"""The reference executor: one interpreter over the operator table's NumPy kernels.
 
 ``run(graph, feeds)`` executes nodes in the graph's stable topological order and frees
-each intermediate after its last use. Kernels live in ``kernels/`` (one module per op
-family) and register themselves with :func:`corefold.executor.registry.kernel`.
+each intermediate after its last use. The kernels live in the operator table
+(``corefold/ops/defs/``); :class:`Interpreter` is the one run loop, with hooks that
+calibration, mixed precision and the integer runner override.
 """
 
-from corefold.executor.registry import KERNELS, kernel
+from corefold.executor.interpreter import Interpreter, check_feeds
 from corefold.executor.run import random_inputs, run
 
-__all__ = ["KERNELS", "kernel", "run", "random_inputs"]
+__all__ = ["Interpreter", "run", "random_inputs", "check_feeds"]

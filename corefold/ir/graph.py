@@ -227,3 +227,66 @@ class Graph:
         from corefold.ir.text import to_text
 
         return to_text(self, max_const_elements=16)
+
+    # -- pickling (graphs travel to worker processes) -----------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """A flat description (names instead of object links), so pickling a graph of any
+        size needs no deep recursion. O(V + E) plus the constants' bytes."""
+        nodes = []
+        for n in self._nodes:
+            nodes.append((n.op_type, n.domain, n.name, n.attrs, n.meta,
+                          [None if v is None else v.name for v in n.inputs],
+                          [(v.name, v.shape, v.dtype) for v in n.outputs],
+                          [p.name for p in n.control_preds]))
+        return {"name": self.name, "opset": self.opset, "metadata": self.metadata, "counter": self._counter,
+                "inputs": [(v.name, v.shape, v.dtype) for v in self.inputs],
+                "constants": [(k, _pack_const(v.const)) for k, v in self.constants.items()],
+                "nodes": nodes, "outputs": [v.name for v in self.outputs]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["name"])
+        self.opset = state["opset"]
+        self.metadata = dict(state["metadata"])
+        values: dict[str, Value] = {}
+        for name, shape, dtype in state["inputs"]:
+            values[name] = self.add_input(name, shape, dtype)
+        for name, data in state["constants"]:
+            v = Value(name, const=_unpack_const(data))
+            self._claim(name)
+            self.constants[name] = v
+            values[name] = v
+        by_name: dict[str, Node] = {}
+        made = []
+        for *_, outs, _preds in state["nodes"]:  # every output first: file order may read ahead
+            out_values = [Value(o, shape, dtype) for o, shape, dtype in outs]
+            values.update((v.name, v) for v in out_values)
+            made.append(out_values)
+        for (op, domain, name, attrs, meta, ins, _outs, _preds), out_values in zip(state["nodes"], made, strict=True):
+            node = Node(op, [None if i is None else values[i] for i in ins], out_values, attrs, name=name,
+                        domain=domain)
+            node.meta = dict(meta)
+            self._claim(name)
+            for v in out_values:
+                self._claim(v.name)
+            node.graph = self
+            self._nodes[node] = None
+            by_name[name] = node
+        for _op, _domain, name, _attrs, _meta, _ins, _outs, preds in state["nodes"]:
+            for p in preds:
+                self.add_control_edge(by_name[p], by_name[name])
+        self.outputs = [values[o] for o in state["outputs"]]
+        self._counter = state["counter"]
+
+
+
+def _pack_const(a: np.ndarray):
+    """A constant for pickling: a stride-0 fill stays one value and a shape."""
+    if a.size > 1 and all(st == 0 for st in a.strides):
+        return ("fill", a.reshape(-1)[:1].copy(), a.shape)
+    return a
+
+
+def _unpack_const(c) -> np.ndarray:
+    if isinstance(c, tuple) and len(c) == 3 and c[0] == "fill":
+        return np.broadcast_to(c[1].reshape(()), c[2])
+    return c

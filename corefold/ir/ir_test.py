@@ -193,3 +193,20 @@ def test_remove_constant_refuses_a_used_one():
     g.remove_constant("b")
     assert "b" not in g.constants and not g.has_name("b")
     verify(g)
+
+
+def test_pickle_round_trip_keeps_everything_and_fills_stay_small():
+    """Graphs travel to worker processes (parallel compiles): pickling keeps nodes, control
+    edges, meta and constants, needs no deep recursion, and a fill pickles as one value."""
+    import pickle
+
+    from corefold.ops import fill
+    from corefold.passes.order.random_network import random_network
+
+    g = random_network(30, seed=3, channels=4, size=4, batch=1, ctrl_edges=3)
+    g.nodes[0].meta["core"] = [1, 2]
+    g.add_constant("big", fill(np.float32(0.5), (1000, 1000)))
+    back = pickle.loads(pickle.dumps(g))
+    verify(back)
+    assert to_text(back) == to_text(g)
+    assert len(pickle.dumps(g)) < 200_000

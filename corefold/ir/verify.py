@@ -21,7 +21,8 @@ def verify(graph: Graph, *, require_shapes: bool = True) -> None:
     a node in this graph; each value's uses are exactly the (node, index) pairs that read
     it; control edges are symmetric and stay inside the graph; the graph is acyclic over
     data and control edges; graph outputs are defined; constants' data match their shape
-    and dtype; with ``require_shapes``, every value has a static shape.
+    and dtype; with ``require_shapes``, every value has a static shape and every node's
+    output shapes and dtypes are the ones the operator table infers from its inputs.
     O(V + E log V).
     """
     nodes = graph.nodes
@@ -92,3 +93,29 @@ def verify(graph: Graph, *, require_shapes: bool = True) -> None:
                 raise VerifyError(f"value '{v.name}' has no static shape ({v.shape})")
             if not isinstance(v.dtype, np.dtype):
                 raise VerifyError(f"value '{v.name}' has no dtype")
+        check_shapes(graph)
+
+
+def check_shapes(graph: Graph) -> None:
+    """Every node's stored output shapes and dtypes equal what the operator table infers
+    from its inputs (nodes whose operator has no shape function are taken as they are).
+
+    Raises:
+        VerifyError: a stored shape or dtype differs, or inference fails.
+    """
+    from corefold.errors import CorefoldError
+    from corefold.ir.shapes import inferred_types
+
+    for n in graph.topological_order():
+        try:
+            types = inferred_types(n)
+        except CorefoldError as exc:
+            raise VerifyError(f"node '{n.name}' ({n.op_type}): {exc}") from None
+        if types is None:
+            continue
+        if len(types) < len(n.outputs):
+            raise VerifyError(f"node '{n.name}' ({n.op_type}) has {len(n.outputs)} outputs, the operator gives {len(types)}")
+        for v, (shape, dtype) in zip(n.outputs, types, strict=False):
+            if tuple(v.shape) != tuple(shape) or v.dtype != dtype:
+                raise VerifyError(f"'{v.name}', output of node '{n.name}' ({n.op_type}), is stored as "
+                                  f"{v.dtype}{list(v.shape)} but its inputs give {np.dtype(dtype)}{list(shape)}")

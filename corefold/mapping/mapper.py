@@ -3,8 +3,8 @@
 Phases (SPEC M4), each with a progress bar on stderr:
 
 1. coarsen (:mod:`.partition.coarsen`) with heavy-edge matching;
-2. initial partition (:mod:`.partition.initial`) of the coarsest graph by recursive
-   greedy-growing bisection. Strategy ``topology`` (default) splits along the target
+2. initial partition (:mod:`.partition.recursive`) of the coarsest graph by recursive
+   greedy-growing bisection (:mod:`.partition.initial`). Strategy ``topology`` (default) splits along the target
    region, so every part is born on a core (dual recursive bisection); strategy ``seed``
    splits by part count and places afterwards;
 3. uncoarsen and refine (:mod:`.partition.refine`): project, repair capacities, refine
@@ -26,11 +26,14 @@ import numpy as np
 
 from corefold.errors import CapacityError, TargetError
 from corefold.mapping import objectives
+from corefold.mapping.nets import contract as contract_nets
+from corefold.mapping.nets import fanout_of, hypergraph_of
 from corefold.mapping.parallel import run_indexed
 from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.partition.coarsen import coarsen, finest_level
 from corefold.mapping.partition.exchange import refine_with_exchanges
-from corefold.mapping.partition.initial import halves, recursive_bisection
+from corefold.mapping.partition.multicast import MULTICAST_MAX_STATE, refine_multicast
+from corefold.mapping.partition.recursive import halves, recursive_bisection
 from corefold.mapping.partition.refine import refine, repair_capacity
 from corefold.mapping.place.force import improve_placement
 from corefold.mapping.place.initial import choose_region, place_groups, region_split
@@ -121,7 +124,8 @@ def _anneal_small(topo: Topology, target, settings: MapSettings, m: Mapping, rng
     then one more round of moves, swaps and ejections; ``m`` is updated in place.
     O(steps * mean degree)."""
     n = topo.num_vertices
-    if n == 0 or n >= settings.restart_work or settings.vertex_anneal_steps <= 0 or settings.strategy != "topology":
+    if (n == 0 or n >= settings.restart_work or settings.vertex_anneal_steps <= 0 or settings.strategy != "topology"
+            or settings.objective == "multicast"):  # NOTE: the annealing's deltas are per synapse
         return
     t = time.perf_counter()
     cores, part = np.unique(m.core_xy, axis=0, return_inverse=True)
@@ -138,7 +142,7 @@ def _anneal_small(topo: Topology, target, settings: MapSettings, m: Mapping, rng
     refine_with_exchanges(*args, rng, settings.vertex_swap_rounds, settings.refine_passes,
                           settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
     m.core_xy = cores[part].astype(np.int64)
-    m.summary["traffic_estimate"] = float(objectives._edge_costs(level.indptr, level.indices, level.weights, part,
+    m.summary["traffic_estimate"] = float(objectives.edge_costs(level.indptr, level.indices, level.weights, part,
                                                                  dist)[1])
     m.summary.setdefault("time", {})["anneal_vertices"] = time.perf_counter() - t
 
@@ -194,6 +198,17 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                          expansion=settings.matching_rating == "expansion", progress=lambda nc: bar.update(1),
                          two_hop=settings.two_hop_matching)
     times["coarsen"] = time.perf_counter() - t
+    # NOTE: under the multicast objective the partition minimises the nets' connectivity
+    # (cut nets in every bisection) and the final refinement the XY multicast trees
+    multicast = settings.objective == "multicast"
+    fan = fanout_of(topo) if multicast else None
+    top_nets = None
+    if multicast:
+        hyper = hypergraph_of(fan)
+        top_nets = (hyper.ptr, hyper.pins, hyper.weight)
+        del hyper
+        for li in range(len(levels) - 1):
+            top_nets = contract_nets(*top_nets, levels[li].coarse_of, levels[li + 1].n)
 
     # 2. initial partition of the coarsest graph
     t = time.perf_counter()
@@ -207,7 +222,10 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                                    progress=bar.update, bias_scale=settings.bias_scale,
                                    top_tries=settings.top_bisection_tries,
                                    rebalance_moves=settings.rebalance_moves, threads=settings.worker_threads(),
-                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance)
+                                   two_hop=settings.two_hop_matching, rebalance_tolerance=settings.rebalance_tolerance,
+                                   coarsest=settings.bisection_coarsest, max_levels=settings.max_levels,
+                                   expansion=settings.matching_rating == "expansion", nets=top_nets)
+    del top_nets
     pos = grid[slots_xy[:, 1], slots_xy[:, 0]]  # group -> index into usable
     if topology_aware:
         dist = dist_all[np.ix_(pos, pos)]
@@ -231,16 +249,22 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                 levels[li + 1] = None  # free the coarser level
             repair_capacity(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist)
             if topology_aware and li == len(levels) - 1:
-                q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
+                if multicast and li == 0:
+                    q = objectives.multicast_quotient(fan, part, k)
+                else:
+                    q = objectives.quotient_graph(lv.indptr, lv.indices, lv.weights, part, k)
                 improve_placement(q, pos, usable, dist_all, width, height, rng, settings.force_fraction,
                                   settings.force_iterations, settings.swap_passes, settings.swap_radius,
                                   settings.debug, min(settings.anneal_steps_per_group * k, settings.anneal_max_steps),
                                   settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
                 dist = dist_all[np.ix_(pos, pos)]
-            gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
-                          settings.refine_passes, settings.debug)
+            if multicast and li == 0:
+                gain = 0.0  # the multicast refinement runs once the groups are placed (4.)
+            else:
+                gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
+                              settings.refine_passes, settings.debug)
             if settings.trace:
-                trace.append((lv.n, objectives._edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
+                trace.append((lv.n, objectives.edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
             bar.update(1)
     finest = levels[0]
     times["uncoarsen"] = time.perf_counter() - t
@@ -248,7 +272,10 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
     # 4. place the groups (seed order) and polish
     t = time.perf_counter()
     with _bar(show, "place") as bar:
-        q = objectives.quotient_graph(finest.indptr, finest.indices, finest.weights, part, k)
+        if multicast:
+            q = objectives.multicast_quotient(fan, part, k)
+        else:
+            q = objectives.quotient_graph(finest.indptr, finest.indices, finest.weights, part, k)
         if not topology_aware:
             pos = grid[slots_xy[:, 1], slots_xy[:, 0]][place_groups(q, slots_xy, rng, settings.bisection_restarts)]
         # NOTE: topology-aware groups were annealed before the last refinement already;
@@ -258,7 +285,10 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                           settings.force_iterations, settings.swap_passes, settings.swap_radius, settings.debug,
                           anneal, settings.anneal_max_work, settings.anneal_chains, settings.worker_threads())
         dist = dist_all[np.ix_(pos, pos)]
-        if topology_aware and settings.vertex_swap_rounds > 0:
+        if multicast and n * k <= MULTICAST_MAX_STATE:
+            refine_multicast(finest.indptr, finest.indices, fan, finest.loads, part, fill, slot_caps, usable[pos],
+                             width, mw, mh, kappa, rng, settings.multicast_passes, settings.debug)
+        elif topology_aware and settings.vertex_swap_rounds > 0:
             refine_with_exchanges(finest.indptr, finest.indices, finest.weights, finest.loads, part, fill,
                                   slot_caps, dist, rng, settings.vertex_swap_rounds, settings.refine_passes,
                                   settings.vertex_swap_min_gain, settings.eject_scan, settings.debug)
@@ -279,7 +309,9 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
         "coarsest_vertices": int(coarsest_vertices),
         "time": times,
         "trace": trace,
-        "traffic_estimate": float(objectives._edge_costs(finest.indptr, finest.indices, finest.weights, part, dist)[1]),
+        "traffic_estimate": (objectives.multicast_traffic(fan, usable[pos[part]], width, height, mw, mh, kappa)
+                             if multicast else
+                             float(objectives.edge_costs(finest.indptr, finest.indices, finest.weights, part, dist)[1])),
         "seconds": time.perf_counter() - t0,
     }
     return Mapping(core_xy, summary)

@@ -167,3 +167,28 @@ def test_a_synapse_memory_with_room_to_spare_changes_nothing():
     bounded = map_topology(topo, _target(4, 4, 130, loose), FAST, seed=2, progress=False)
     _check(topo, _target(4, 4, 130, loose), bounded)
     np.testing.assert_array_equal(free.core_xy, bounded.core_xy)
+
+
+def test_multicast_objective_maps_within_capacities_and_beats_the_synapse_mapping():
+    """Under ``objective="multicast"`` every neuron is placed once within both capacities,
+    and on a small 2-D CNN the mapping's multicast traffic is below that of the synapse
+    objective's mapping (which counts every synapse, so it keeps receptive fields whole
+    where the spikes would cross once anyway)."""
+    from corefold.mapping.topology.expand import expand_graph
+    from corefold.mapping.topology.generate_cnn import stack_graph
+
+    layers = [("conv", 6, 3, 1, 1), ("pool",), ("conv", 8, 3, 1, 1), ("pool",), ("dense", 10)]
+    topo = expand_graph(stack_graph("tiny", (2, 16, 16), layers)).topology()
+    target = _target(5, 4, 170, int(topo.synapses.sum() / 16))
+    traffic = {}
+    for objective in ("synapse", "multicast"):
+        s = replace(FAST, objective=objective, debug=True)
+        m = map_topology(topo, target, s, seed=1, progress=False)
+        _check(topo, target, m)
+        ev = objectives.evaluate(topo, m.core_xy, 5, 4, 5, 4, 1.0, (170, target.synapses_per_core),
+                                 objective="multicast")
+        traffic[objective] = ev["traffic"]
+        assert ev["connectivity"] <= ev["traffic"]
+        if objective == "multicast":
+            assert np.isclose(m.summary["traffic_estimate"], ev["traffic"])
+    assert traffic["multicast"] < 0.7 * traffic["synapse"]

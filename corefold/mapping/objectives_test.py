@@ -92,3 +92,61 @@ def test_lower_bound_is_below_every_placement_and_above_cut():
     best = min(objectives.hop_weighted_traffic_quotient(q, dist[np.ix_(p, p)])
                for p in itertools.permutations(range(6), k))
     assert lb <= best + 1e-9
+
+
+def _xy_links(src, dst):
+    """Directed links of the XY route src -> dst: ((x, y), channel)."""
+    (x, y), (tx, ty) = src, dst
+    out = []
+    while x != tx:
+        out.append(((x, y), 0) if tx > x else ((x, y), 1))
+        x += 1 if tx > x else -1
+    while y != ty:
+        out.append(((x, y), 2) if ty > y else ((x, y), 3))
+        y += 1 if ty > y else -1
+    return out
+
+
+def test_multicast_tree_hand_computed_on_3x3():
+    from corefold.mapping.nets import Fanout
+    from corefold.mapping.objectives import multicast_traffic
+
+    # source 0 on core (1, 1) sends to cores (0, 0), (2, 0), (2, 2), (1, 2) and its own core
+    xy = np.array([(1, 1), (0, 0), (2, 0), (2, 2), (1, 2), (1, 1), (2, 2)])
+    fan = Fanout(np.array([0, 6, 6, 6, 6, 6, 6, 6]), np.array([1, 2, 3, 4, 5, 6]), np.ones(7))
+    total, loads = multicast_traffic(fan, xy, 3, 3, 3, 3, 1.0, with_loads=True)
+    # row 1 from x=0 to 2 (2 links), column 0 down 1, column 2 down 1 and up 1, column 1 up 1
+    assert total == 6.0 and loads.sum() == 6.0
+    assert loads[1, 1, 0] == loads[1, 1, 1] == loads[1, 0, 3] == loads[1, 2, 2] == loads[1, 2, 3] == loads[1, 1, 2] == 1
+    # one chip boundary every 2 cores in x (chips of 2x3), kappa 3: the row link 1 -> 2 costs 3
+    assert multicast_traffic(fan, xy, 3, 3, 2, 3, 3.0) == 8.0
+
+
+def test_multicast_matches_the_union_of_xy_routes():
+    from corefold.mapping.nets import fanout_of
+    from corefold.mapping.objectives import multicast_traffic
+    from corefold.mapping.topology.model import Topology
+
+    rng = np.random.default_rng(4)
+    src, dst = rng.integers(0, 60, 400), rng.integers(0, 60, 400)
+    topo = Topology.from_edges(src, dst, num_vertices=60, directions=True)
+    xy = np.stack([rng.integers(0, 6, 60), rng.integers(0, 4, 60)], axis=1)
+    fan = fanout_of(topo)
+    want = np.zeros((4, 6, 4))
+    cost = 0.0
+    for s in range(60):
+        links = set()
+        for d in {int(u) for u in dst[src == s] if u != s}:
+            links |= set(_xy_links(tuple(xy[s]), tuple(xy[d])))
+        for (x, y), ch in links:
+            want[y, x, ch] += 1
+            # chips of 3 x 2 cores: a link crossing a chip boundary costs kappa = 4
+            nx, ny = x + (ch == 0) - (ch == 1), y + (ch == 2) - (ch == 3)
+            cost += 4.0 if (nx // 3 != x // 3 or ny // 2 != y // 2) else 1.0
+    total, loads = multicast_traffic(fan, xy, 6, 4, 3, 2, 4.0, with_loads=True)
+    np.testing.assert_array_equal(loads, want)
+    assert np.isclose(total, cost)
+    # per synapse, every synapse pays its whole route: never less than per spike
+    ev = objectives.evaluate(topo, xy, 6, 4, 3, 2, 4.0, (60, None), objective="multicast")
+    assert ev["traffic"] == ev["multicast_traffic"] == total
+    assert ev["connectivity"] <= total <= ev["synapse_traffic"]

@@ -51,3 +51,11 @@ def conv_like_graph(n: int, half_band: int, stride: int = 31) -> Topology:
     r, c = np.concatenate(rows), np.concatenate(cols)
     a = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(n, n))
     return from_matrix(a + a.T)
+
+
+def crossing_weight(topo: Topology, side: np.ndarray) -> float:
+    """Weight of the edges whose ends lie on different sides, edge by edge in plain Python
+    (a reference for the Numba kernels' incremental cuts). O(m)."""
+    return sum(topo.weights[e] for v in range(topo.num_vertices) for e in range(topo.indptr[v], topo.indptr[v + 1])
+               if side[v] != side[topo.indices[e]]) / 2
+

@@ -6,7 +6,7 @@ GPU next to a host, kind "gpu"); ``presets/neuromorphic.toml`` shows
 the neuron and synapse capacities of a neuromorphic core array.
 """
 
-from corefold.target.load import PRESETS, load_target, parse_target
+from corefold.target.load import PRESETS, load_target, parse_target, target_source
 from corefold.target.model import UNIT_KINDS, Device, Target, Unit
 
-__all__ = ["Target", "Unit", "Device", "UNIT_KINDS", "PRESETS", "load_target", "parse_target"]
+__all__ = ["Target", "Unit", "Device", "UNIT_KINDS", "PRESETS", "load_target", "parse_target", "target_source"]

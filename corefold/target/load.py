@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -12,14 +13,15 @@ from corefold.target.device import DEVICE_KEYS, gpu_target
 from corefold.target.model import UNIT_KINDS, UNIT_THROUGHPUT_NAME, Target, Unit
 
 #: Preset names accepted wherever a target is expected.
-PRESETS = ("npu", "neuromorphic", "gpu", "gpu-nvlink")
+PRESETS = ("npu", "neuromorphic", "npu-array", "npu-2x2", "gpu", "gpu-nvlink")
 
 _SECTIONS = {
     "target": {"name", "kind", "clock_mhz"},
     "mesh": {"width", "height", "chips_x", "chips_y", "unusable"},
-    "core": {"sram_kib", "sram_reserved_kib", "neurons", "synapses", "units"},
-    "noc": {"link_bytes_per_cycle", "hop_latency_cycles", "interchip_hop_cost"},
-    "memory": {"dram_gbps", "host_link_gbps"},
+    "core": {"sram_kib", "sram_reserved_kib", "neurons", "synapses", "units", "instruction_kib"},
+    "noc": {"link_bytes_per_cycle", "hop_latency_cycles", "interchip_hop_cost", "routing", "buffer_kib",
+            "stream_buffer_bytes", "interchip_link_bytes_per_cycle", "interchip_hop_latency_cycles"},
+    "memory": {"dram_gbps", "host_link_gbps", "dram_attach", "host_attach"},
     "device": set(DEVICE_KEYS),
 }
 
@@ -29,6 +31,15 @@ def load_target(name_or_path: str | Path = "npu") -> Target:
 
     Raises:
         TargetError: the file is missing, not TOML, or a key is missing or invalid.
+    """
+    return parse_target(*target_source(name_or_path))
+
+
+def target_source(name_or_path: str | Path = "npu") -> tuple[str, str]:
+    """The TOML text of a preset or file, and how to name it in messages.
+
+    Raises:
+        TargetError: no such file or preset.
     """
     text: str
     origin = str(name_or_path)
@@ -40,7 +51,7 @@ def load_target(name_or_path: str | Path = "npu") -> Target:
         if not path.is_file():
             raise TargetError(f"target '{name_or_path}': no such file or preset (presets: {', '.join(PRESETS)})")
         text = path.read_text(encoding="utf-8", errors="replace")
-    return parse_target(text, origin)
+    return text, origin
 
 
 def parse_target(text: str, origin: str = "<string>") -> Target:
@@ -106,6 +117,7 @@ def parse_target(text: str, origin: str = "<string>") -> Target:
     synapses = r.get("core.synapses", int, None, minimum=1, required=False)
     if kind == "neuromorphic" and neurons is None:
         raise TargetError(f"target {origin}: missing key 'core.neurons' (required for kind 'neuromorphic')")
+    lowering = _lowering_keys(r, origin, width, height, chips_x, chips_y)
     return Target(
         name=r.get("target.name", str, "custom"),
         kind=kind,
@@ -125,7 +137,44 @@ def parse_target(text: str, origin: str = "<string>") -> Target:
         neurons_per_core=neurons,
         synapses_per_core=synapses,
         unusable_cores=frozenset(unusable),
+        **lowering,
     )
+
+
+def _lowering_keys(r: "_Reader", origin: str, width: int, height: int, chips_x: int, chips_y: int) -> dict[str, Any]:
+    """The keys only lowering (corefold.backend) and the simulator read; all optional."""
+    routing = r.get("noc.routing", str, "xy")
+    if routing != "xy":
+        raise TargetError(f"target {origin}: key 'noc.routing' must be 'xy', got {routing!r}")
+    instr = r.get("core.instruction_kib", float, 256.0, positive=True)
+    noc_buf = r.get("noc.buffer_kib", float, 16.0, positive=True)
+    stream = r.get("noc.stream_buffer_bytes", int, 512, minimum=1)
+    if stream > noc_buf * 1024:
+        raise TargetError(f"target {origin}: key 'noc.stream_buffer_bytes' ({stream}) exceeds noc.buffer_kib")
+    attach = r.get("memory.dram_attach", list, [[0, 0]])
+    if not attach:
+        raise TargetError(f"target {origin}: key 'memory.dram_attach' needs at least one channel")
+    for item in attach:
+        if (not isinstance(item, list) or len(item) != 2 or not all(isinstance(v, int) for v in item)
+                or not (0 <= item[0] < width and 0 <= item[1] < height)):
+            raise TargetError(f"target {origin}: key 'memory.dram_attach' has {item!r}, not an [x, y] router of "
+                              f"one {width}x{height} chip")
+    host = r.get("memory.host_attach", list, [0, 0])
+    if (len(host) != 2 or not all(isinstance(v, int) for v in host)
+            or not (0 <= host[0] < width * chips_x and 0 <= host[1] < height * chips_y)):
+        raise TargetError(f"target {origin}: key 'memory.host_attach' has {host!r}, not an [x, y] router of the "
+                          f"{width * chips_x}x{height * chips_y} board")
+    return {
+        "instruction_bytes": int(instr * 1024),
+        "noc_buffer_bytes": int(noc_buf * 1024),
+        "noc_stream_buffer_bytes": stream,
+        "interchip_link_bytes_per_cycle": r.get("noc.interchip_link_bytes_per_cycle", float, None, positive=True,
+                                                required=False),
+        "interchip_hop_latency_cycles": r.get("noc.interchip_hop_latency_cycles", float, None, minimum=0,
+                                              required=False),
+        "dram_attach": tuple((int(a), int(b)) for a, b in attach),
+        "host_attach": (int(host[0]), int(host[1])),
+    }
 
 
 class _Reader:
@@ -149,6 +198,8 @@ class _Reader:
             node = float(node)
         if not isinstance(node, typ) or isinstance(node, bool):
             raise TargetError(f"target {self.origin}: key '{dotted}' must be {typ.__name__}, got {node!r}")
+        if typ is float and not math.isfinite(node):
+            raise TargetError(f"target {self.origin}: key '{dotted}' must be a finite number, got {node!r}")
         if positive and not node > 0:
             raise TargetError(f"target {self.origin}: key '{dotted}' must be positive, got {node!r}")
         if minimum is not None and node < minimum:

@@ -79,6 +79,14 @@ class Target:
     synapses_per_core: int | None = None
     unusable_cores: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     device: Device | None = None
+    # -- what lowering onto the mesh needs (corefold.backend); defaults keep older files valid
+    instruction_bytes: int = 256 * 1024
+    noc_buffer_bytes: int = 16 * 1024
+    noc_stream_buffer_bytes: int = 512
+    interchip_link_bytes_per_cycle: float | None = None
+    interchip_hop_latency_cycles: float | None = None
+    dram_attach: tuple[tuple[int, int], ...] = ((0, 0),)
+    host_attach: tuple[int, int] = (0, 0)
 
     @property
     def width(self) -> int:
@@ -110,6 +118,56 @@ class Target:
 
     def unit(self, kind: str) -> Unit:
         return self.units[kind]
+
+    # -- the NoC, DRAM channels and host link (corefold.backend, corefold.sim) ------------------
+    @property
+    def noc_streams_per_core(self) -> int:
+        """Distinct cores one core can receive NoC transfers from: each needs a receive FIFO
+        of ``noc_stream_buffer_bytes`` in the core's ``noc_buffer_bytes`` of NoC buffers."""
+        return self.noc_buffer_bytes // self.noc_stream_buffer_bytes
+
+    def is_interchip(self, x: int, y: int, direction: str) -> bool:
+        """Whether the link leaving router ``(x, y)`` towards ``direction`` (N, E, S, W; y grows
+        southwards) joins two chips."""
+        dx, dy = {"N": (0, -1), "E": (1, 0), "S": (0, 1), "W": (-1, 0)}[direction]
+        return self.chip_of(x, y) != self.chip_of(x + dx, y + dy)
+
+    def link_bytes_per_s(self, x: int, y: int, direction: str) -> float:
+        """Bandwidth of one directed mesh link (each direction has its own)."""
+        per_cycle = self.noc_link_bytes_per_cycle
+        if self.is_interchip(x, y, direction) and self.interchip_link_bytes_per_cycle is not None:
+            per_cycle = self.interchip_link_bytes_per_cycle
+        return per_cycle * self.clock_hz
+
+    def hop_latency_s(self, x: int, y: int, direction: str) -> float:
+        """Latency of one hop (router plus link) of a transfer's head."""
+        cycles = self.noc_hop_latency_cycles
+        if self.is_interchip(x, y, direction):
+            cycles = (self.interchip_hop_latency_cycles if self.interchip_hop_latency_cycles is not None
+                      else cycles * self.interchip_hop_cost)
+        return cycles / self.clock_hz
+
+    @property
+    def dram_channels(self) -> tuple[tuple[int, int], ...]:
+        """The router (global ``(x, y)``) each DRAM channel attaches to: every chip's channels
+        (``dram_attach``, chip-local), chips in row-major order."""
+        out = []
+        for cy in range(self.chips_y):
+            for cx in range(self.chips_x):
+                for lx, ly in self.dram_attach:
+                    out.append((cx * self.mesh_width + min(lx, self.mesh_width - 1),
+                                cy * self.mesh_height + min(ly, self.mesh_height - 1)))
+        return tuple(out)
+
+    @property
+    def dram_channel_bytes_per_s(self) -> float:
+        """Bandwidth of one DRAM channel: a chip's DRAM bandwidth shared by its channels."""
+        return self.dram_bytes_per_s / len(self.dram_attach)
+
+    @property
+    def host_router(self) -> tuple[int, int]:
+        """The router (global) the host link attaches to."""
+        return (min(self.host_attach[0], self.width - 1), min(self.host_attach[1], self.height - 1))
 
     def with_mesh(self, width: int, height: int) -> "Target":
         """A copy with a single chip of ``width x height`` cores (used by ``--mesh``)."""

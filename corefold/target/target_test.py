@@ -17,7 +17,7 @@ def test_presets_load_with_expected_values():
     assert (neuro.width, neuro.height) == (32, 32)
     assert neuro.neurons_per_core == 1024 and neuro.synapses_per_core == 65536
     assert neuro.chip_of(17, 3) == (1, 0)
-    assert set(PRESETS) == {"npu", "neuromorphic", "gpu", "gpu-nvlink"}
+    assert set(PRESETS) >= {"npu", "neuromorphic", "npu-array", "npu-2x2", "gpu", "gpu-nvlink"}
 
 
 def _npu_text():
@@ -83,3 +83,34 @@ def test_bad_gpu_value_names_the_key(old, new, key):
     assert old in text
     with pytest.raises(TargetError, match=key.replace(".", r"\.")):
         parse_target(text.replace(old, new, 1), "g.toml")
+def test_lowering_keys_of_the_presets():
+    npu = load_target("npu")
+    assert npu.dram_channels == ((0, 3), (0, 4), (7, 3), (7, 4))
+    assert npu.dram_channel_bytes_per_s == 25.6e9 / 4
+    assert npu.noc_streams_per_core == 32 and npu.instruction_bytes == 256 * 1024
+    assert npu.link_bytes_per_s(3, 3, "E") == 32e9 and npu.hop_latency_s(3, 3, "E") == 2e-9
+    array = load_target("npu-array")
+    assert (array.width, array.height, array.chips_x, array.chips_y) == (16, 16, 2, 2)
+    assert len(array.dram_channels) == 16 and (15, 12) in array.dram_channels
+    assert array.is_interchip(7, 2, "E") and not array.is_interchip(6, 2, "E") and array.is_interchip(3, 8, "N")
+    assert array.link_bytes_per_s(7, 2, "E") == 8e9 and array.hop_latency_s(7, 2, "E") == 20e-9
+    small = load_target("npu-2x2")
+    assert (small.width, small.height, small.num_cores) == (2, 2, 4)
+    assert small.sram_bytes == npu.sram_bytes and small.units == npu.units
+    # a file without the lowering keys still loads, with the defaults
+    t = parse_target("\n".join(line for line in _npu_text().splitlines()
+                               if not line.startswith(("dram_attach", "host_attach", "instruction_kib", "routing"))))
+    assert t.dram_channels == ((0, 0),) and t.instruction_bytes == 256 * 1024
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ('routing = "xy"', 'routing = "yx"', "noc.routing"),
+    ("dram_attach = [[0, 3]", "dram_attach = [[8, 3]", "memory.dram_attach"),
+    ("host_attach = [0, 0]", "host_attach = [0, 9]", "memory.host_attach"),
+    ("stream_buffer_bytes = 512", "stream_buffer_bytes = 99999", "noc.stream_buffer_bytes"),
+])
+def test_bad_lowering_key_names_the_key(old, new, key):
+    text = _npu_text()
+    assert old in text
+    with pytest.raises(TargetError, match=key.replace(".", r"\.")):
+        parse_target(text.replace(old, new, 1), "t.toml")

@@ -1,4 +1,8 @@
-"""corefold IR -> ONNX (opset 21, IR version 10).
+"""corefold IR -> ONNX: opset 21, or the lowest newer opset (up to 28) that accepts every
+node written (bfloat16 activations need 22, float8 E8M0 and 2-bit integers 25, operators
+born later such as Attention 23, Swish 24, BitCast 26 their own). Opsets 22 to 28 change
+nothing of the opset-21 forms corefold writes: they add types, operators and attributes
+whose defaults keep the old meaning. The IR version is the lowest that opset needs.
 
 Nodes are written in the graph's file order (passes that reorder nodes rely on it);
 control edges are dropped (ONNX has none); JSON-able ``node.meta`` entries become node
@@ -9,6 +13,7 @@ which are written as ConstantOfShape nodes so the file stays small. O(nodes + co
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -17,12 +22,13 @@ import onnx
 from onnx import ModelProto, helper
 
 from corefold.errors import ModelError
-from corefold.executor.kernels.shape import is_fill
 from corefold.frontend.onnx.protos import make_attribute, numpy_to_tensor, onnx_dtype
+from corefold.frontend.onnx.schemas import accepts
 from corefold.ir import Graph, Value
+from corefold.ops import is_fill
 
-OPSET = 21
-IR_VERSION = 10
+#: the opset corefold writes unless a node needs a newer one, and the newest it may pick
+OPSET, MAX_OPSET = 21, 28
 #: Fills with more elements than this are exported as ConstantOfShape nodes.
 FILL_LIMIT = 16
 
@@ -84,11 +90,37 @@ def to_onnx(graph: Graph) -> ModelProto:
     g = helper.make_graph(nodes, graph.name, [_value_info(v) for v in graph.inputs], outputs,
                           initializer=inits, value_info=value_info)
     domains = {n.domain for n in graph.nodes if n.domain}
-    opsets = [helper.make_opsetid("", OPSET)] + [helper.make_opsetid(d, 1) for d in sorted(domains)]
-    model = helper.make_model(g, opset_imports=opsets, producer_name="corefold", ir_version=IR_VERSION)
+    opsets = [helper.make_opsetid("", export_opset(graph))] + [helper.make_opsetid(d, 1) for d in sorted(domains)]
+    model = helper.make_model(g, opset_imports=opsets, producer_name="corefold",
+                              ir_version=max(10, helper.find_min_ir_version_for(opsets[:1])))
     for k, val in graph.metadata.items():
         model.metadata_props.add(key=str(k), value=str(val))
     return model
+
+
+def export_opset(graph: Graph) -> int:
+    """The lowest opset from :data:`OPSET` to :data:`MAX_OPSET` whose definitions accept
+    every default-domain node of ``graph`` (its input and output types and its attributes);
+    :data:`OPSET` when none does (the checker then names the node). O(nodes)."""
+    need = OPSET
+    for n in graph.nodes:
+        if n.domain:
+            continue
+        ins = tuple(None if v is None else (v.name, v.dtype) for v in n.inputs)
+        outs = tuple((v.name, v.dtype) for v in n.outputs)
+        attrs = tuple(sorted(k for k, val in n.attrs.items() if val is not None))
+        need = max(need, _node_opset(n.op_type, tuple((t[1] if t else None) for t in ins),
+                                     tuple(t[1] for t in outs), attrs))
+    return need
+
+
+@functools.lru_cache(maxsize=4096)
+def _node_opset(op_type: str, ins: tuple, outs: tuple, attrs: tuple) -> int:
+    named = lambda ts: [None if t is None else ("", t) for t in ts]  # noqa: E731
+    for v in range(OPSET, MAX_OPSET + 1):
+        if accepts(op_type, v, named(ins), named(outs), attrs):
+            return v
+    return OPSET
 
 
 def save_model(graph: Graph, path: str | os.PathLike) -> None:

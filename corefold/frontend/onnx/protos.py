@@ -5,44 +5,58 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from corefold.errors import ModelError, UnsupportedOpError
 
-#: ONNX element types corefold handles, to NumPy dtypes.
-ONNX_TO_NUMPY: dict[int, np.dtype] = {
-    TensorProto.FLOAT: np.dtype("float32"), TensorProto.DOUBLE: np.dtype("float64"),
-    TensorProto.FLOAT16: np.dtype("float16"), TensorProto.BOOL: np.dtype("bool"),
-    TensorProto.INT8: np.dtype("int8"), TensorProto.INT16: np.dtype("int16"),
-    TensorProto.INT32: np.dtype("int32"), TensorProto.INT64: np.dtype("int64"),
-    TensorProto.UINT8: np.dtype("uint8"), TensorProto.UINT16: np.dtype("uint16"),
-    TensorProto.UINT32: np.dtype("uint32"), TensorProto.UINT64: np.dtype("uint64"),
-}
-# 4-bit integers (opset 21) as ml_dtypes' int4/uint4, which onnx itself depends on
-ONNX_TO_NUMPY[TensorProto.INT4] = np.dtype(ml_dtypes.int4)
-ONNX_TO_NUMPY[TensorProto.UINT4] = np.dtype(ml_dtypes.uint4)
-# 16-bit brain float and 8-bit e4m3 float: the memory pass's compressed forms (opset 19+)
-ONNX_TO_NUMPY[TensorProto.BFLOAT16] = np.dtype(ml_dtypes.bfloat16)
-ONNX_TO_NUMPY[TensorProto.FLOAT8E4M3FN] = np.dtype(ml_dtypes.float8_e4m3fn)
+#: ONNX element types corefold handles, to NumPy dtypes: every numeric type of onnx's
+#: TensorProto; the narrow ones (bfloat16, float8, float6, float4, int4/uint4, int2/uint2)
+#: are ml_dtypes' NumPy types, which onnx itself decodes to. Strings and complex numbers
+#: are refused.
+ONNX_TO_NUMPY: dict[int, np.dtype] = {}
+for _name, _code in TensorProto.DataType.items():
+    if _name in ("UNDEFINED", "STRING", "COMPLEX64", "COMPLEX128"):
+        continue
+    try:
+        ONNX_TO_NUMPY[_code] = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(_code))
+    except (KeyError, TypeError, ValueError):  # a type this onnx cannot decode
+        continue
 NUMPY_TO_ONNX: dict[np.dtype, int] = {v: k for k, v in ONNX_TO_NUMPY.items()}
 
 #: (op_type, attribute) pairs whose value is an element type: NumPy dtype names in the IR.
-DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype")}
+DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype"), ("DequantizeLinear", "output_dtype"),
+               ("QuantizeLinear", "precision")}
+
+
+def all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of ``graph`` and of all its subgraphs (If branches, Loop and Scan bodies),
+    depth first. O(nodes)."""
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                out.extend(all_nodes(sub))
+    return out
 
 
 def numpy_dtype(elem_type: int, what: str) -> np.dtype:
     """The NumPy dtype of an ONNX element type.
 
     Raises:
-        UnsupportedOpError: the type (string, bfloat16, float8, 4-bit...) is not handled.
+        UnsupportedOpError: the type (string, complex) is not handled.
     """
     if elem_type not in ONNX_TO_NUMPY:
         name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
         raise UnsupportedOpError(f"{what} has element type {name}, which corefold does not support")
     return ONNX_TO_NUMPY[elem_type]
+
+
+def onnx_dtype_code(dtype: np.dtype | str) -> int | None:
+    """The ONNX element type of a NumPy dtype, or None."""
+    return NUMPY_TO_ONNX.get(np.dtype(dtype))
 
 
 def onnx_dtype(dtype: np.dtype | str, what: str) -> int:
@@ -68,7 +82,8 @@ def numpy_to_tensor(a: np.ndarray, name: str) -> TensorProto:
 
 
 def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
-    """An attribute proto as Python: int, float, str, list of those, or np.ndarray."""
+    """An attribute proto as Python: int, float, str, list of those, np.ndarray, or the
+    ``GraphProto`` of a subgraph."""
     t = a.type
     if t == AttributeProto.INT:
         v: Any = int(a.i)
@@ -84,6 +99,8 @@ def attribute_value(op_type: str, a: AttributeProto, what: str) -> Any:
         v = [s.decode("utf-8", errors="replace") for s in a.strings]
     elif t == AttributeProto.TENSOR:
         v = tensor_to_numpy(a.t, f"{what} attribute '{a.name}'")
+    elif t == AttributeProto.GRAPH:
+        v = a.g  # a subgraph (If branches, Loop and Scan bodies): the importer inlines it
     else:
         raise UnsupportedOpError(f"{what}: attribute '{a.name}' of type "
                                  f"{AttributeProto.AttributeType.Name(t)} is not supported")

@@ -3,7 +3,7 @@
 Each node calls the aten overload it was imported from (``meta["aten"]``) with its
 recorded arguments (``meta["args"]``, ``meta["kwargs"]``; ``{"t": k}`` is input ``k``);
 ``corefold.memory`` nodes copy (SwapOut, SwapIn) or compress and decompress with the same
-arithmetic as :mod:`corefold.executor.kernels.memory`. This checks a transformed graph
+arithmetic as :mod:`corefold.ops.defs.memory`. This checks a transformed graph
 against the original with torch itself: the values must be identical for swaps. O(V + E)
 aten calls.
 """

@@ -1,6 +1,6 @@
 import numpy as np
 
-from corefold.mapping.objectives import _edge_costs, loads_of, part_fill
+from corefold.mapping.objectives import edge_costs, loads_of, part_fill
 from corefold.mapping.partition.anneal import anneal_vertices
 from corefold.mapping.testing import random_graph
 
@@ -23,9 +23,9 @@ def _setup(seed):
 def test_annealing_keeps_capacities_and_reports_its_exact_gain():
     for seed in range(3):
         topo, loads, part, fill, caps, dist = _setup(seed)
-        before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+        before = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
         gain = anneal_vertices(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist, 50_000, seed)
-        after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+        after = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
         assert gain > 0 and np.isclose(before - after, gain)
         assert part.min() >= 0 and part.max() < 9 and part.shape == (500,)
         assert (fill == part_fill(loads, part, 9)).all() and (fill <= caps).all()
@@ -47,13 +47,13 @@ def test_annealing_is_deterministic_and_never_worse():
 
 def test_annealing_chains_give_the_same_mapping_on_any_number_of_threads():
     topo, loads, part, fill, caps, dist = _setup(4)
-    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    before = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     ends = []
     for threads in (1, 2):
         p, f = part.copy(), fill.copy()
         gain = anneal_vertices(topo.indptr, topo.indices, topo.weights, loads, p, f, caps, dist, 30_000, 3,
                                chains=2, threads=threads)
-        assert np.isclose(before - _edge_costs(topo.indptr, topo.indices, topo.weights, p, dist)[1], gain)
+        assert np.isclose(before - edge_costs(topo.indptr, topo.indices, topo.weights, p, dist)[1], gain)
         assert (f == part_fill(loads, p, 9)).all() and (f <= caps).all()
         ends.append(p)
     assert (ends[0] == ends[1]).all()

@@ -115,3 +115,93 @@ def test_two_hop_makes_layered_hierarchies_shallower():
     for levels in (plain, hop):
         assert levels[-1].loads[:, 0].max() <= 64
         assert levels[-1].loads[:, 0].sum() == 2400
+
+
+def _hand_graph():
+    """Edges 0-1 (1), 0-2 (5), 0-3 (3), 2-4 (9), 3-5 (2), 1-5 (4); one neuron per vertex."""
+    from corefold.mapping.testing import from_matrix
+
+    a = np.zeros((6, 6))
+    for u, v, w in ((0, 1, 1), (0, 2, 5), (0, 3, 3), (2, 4, 9), (3, 5, 2), (1, 5, 4)):
+        a[u, v] = a[v, u] = w
+    topo = from_matrix(sp.csr_matrix(a))
+    return finest_level(topo, loads_of(topo))
+
+
+def test_matching_pairs_each_vertex_with_its_heaviest_eligible_neighbour():
+    """SPEC M4 §2: visit vertices in the given order; each takes its heaviest edge to a
+    neighbour not yet paired whose merged size fits the limit.
+
+    By hand, order 0..5: 0 takes 2 (weight 5 beats 3 and 1), 1 takes 5 (its other
+    neighbour is paired), 3 and 4 find no free neighbour. With vertex 2 holding 2 neurons
+    and a limit of 2, 0 + 2 does not fit, so 0 takes 3 (weight 3). Then a random graph
+    is replayed vertex by vertex against the rule.
+
+    Mutations (in ``partition/coarsen.py``; each fails this test): the first eligible
+    neighbour instead of the heaviest (``if w > best_w`` -> ``if best_w < 0``); the
+    lightest (``w > best_w`` -> ``-w > best_w`` with ``best_w = -inf``); neighbours
+    already paired allowed (the ``mate[u] != -1`` test dropped); the limit ignored.
+    """
+    lv = _hand_graph()
+    order = np.arange(6)
+    mate, w = heavy_edge_matching(lv.indptr, lv.indices, lv.weights, lv.loads, np.array([10, 10**9]), order)
+    assert mate.tolist() == [2, 5, 0, 3, 4, 1] and w == 9.0
+    loads = lv.loads.copy()
+    loads[2, 0] = 2
+    mate, w = heavy_edge_matching(lv.indptr, lv.indices, lv.weights, loads, np.array([2, 10**9]), order)
+    assert mate.tolist() == [3, 5, 2, 0, 4, 1] and w == 7.0
+
+    topo = random_graph(300, 6, seed=5, max_weight=9)
+    loads = loads_of(topo)
+    loads[:, 0] = np.random.default_rng(5).integers(1, 4, 300)
+    lv = finest_level(topo, loads)
+    limit = np.array([4, 10**9])
+    order = np.random.default_rng(6).permutation(300)
+    mate, _ = heavy_edge_matching(lv.indptr, lv.indices, lv.weights, lv.loads, limit, order)
+    paired = np.zeros(300, bool)
+    for v in order:
+        if paired[v]:
+            continue
+        nbrs = lv.indices[lv.indptr[v]:lv.indptr[v + 1]]
+        ws = lv.weights[lv.indptr[v]:lv.indptr[v + 1]]
+        ok = ~paired[nbrs] & (loads[v, 0] + loads[nbrs, 0] <= 4) & (nbrs != v)
+        if not ok.any():
+            assert mate[v] == v
+            continue
+        u = mate[v]
+        assert u != v and ok[nbrs == u].all() and ws[nbrs == u][0] == ws[ok].max()
+        paired[v] = paired[u] = True
+
+
+def test_coarsening_keeps_the_repeat_that_matched_most_weight():
+    """SPEC M4 §2: the matching pass runs several times with different random orders and
+    the result whose total edge weight dropped most is kept.
+
+    The repeats draw their orders from the generator one permutation each; replaying
+    those orders gives each repeat's matched weight. The level built must be the
+    contraction of the heaviest one (here neither the first nor the last), and its
+    coarse graph's edge weight is the total minus that weight.
+
+    Mutations (in ``partition/coarsen.py``; each fails this test): the last repeat kept
+    (``if w > best_w`` -> ``if True``); the first kept (``if best_mate is None``); the
+    lightest kept (``w > best_w`` -> ``w < best_w`` with ``best_w = inf``).
+    """
+    topo = random_graph(400, 6, seed=8, max_weight=9)
+    lv = finest_level(topo, loads_of(topo))
+    limit = np.array([4, 10**9])
+    repeats, seed = 6, 3
+    rng = np.random.default_rng(seed)
+    weights = [heavy_edge_matching(lv.indptr, lv.indices, lv.weights, lv.loads, limit, rng.permutation(400))[1]
+               for _ in range(repeats)]
+    best = int(np.argmax(weights))
+    assert 0 < best < repeats - 1 and min(weights) < max(weights)
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(400) for _ in range(repeats)]
+    mate, _ = heavy_edge_matching(lv.indptr, lv.indices, lv.weights, lv.loads, limit, orders[best])
+    want = contract(finest_level(topo, loads_of(topo)), mate)
+
+    levels = coarsen(lv, limit, np.random.default_rng(seed), repeats=repeats, min_shrink=0.0, max_levels=1)
+    assert len(levels) == 2
+    np.testing.assert_array_equal(levels[1].indptr, want.indptr)
+    np.testing.assert_array_equal(levels[1].indices, want.indices)
+    assert np.isclose(levels[1].weights.sum() / 2, lv.weights.sum() / 2 - max(weights))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from corefold.mapping.objectives import edge_costs
 from corefold.mapping.partition.refine import (
     ObjectiveMismatch,
     best_moves,
@@ -138,10 +139,8 @@ def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dis
     Raises:
         ObjectiveMismatch: debug only, if a round's tracked gain disagrees with recomputation.
     """
-    from corefold.mapping.objectives import _edge_costs
-
     total = 0.0
-    cost = _edge_costs(indptr, indices, weights, part, dist)[1]
+    cost = edge_costs(indptr, indices, weights, part, dist)[1]
     eject = scan > 0
     active = None
     for _ in range(rounds):
@@ -160,7 +159,7 @@ def refine_with_exchanges(indptr, indices, weights, loads, part, fill, caps, dis
         active = boundary_around(indptr, indices, part, np.flatnonzero(part != start))
         total += g
         if debug:
-            after = _edge_costs(indptr, indices, weights, part, dist)[1]
+            after = edge_costs(indptr, indices, weights, part, dist)[1]
             if not np.isclose(cost - after, g, rtol=1e-9, atol=1e-6):
                 raise ObjectiveMismatch(f"objective function mismatch: exchanges gained {g}, "
                                         f"recomputed {cost - after}")

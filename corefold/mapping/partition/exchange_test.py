@@ -1,7 +1,7 @@
 import numpy as np
 import scipy.sparse as sp
 
-from corefold.mapping.objectives import _edge_costs, loads_of, part_fill
+from corefold.mapping.objectives import edge_costs, loads_of, part_fill
 from corefold.mapping.partition.exchange import eject_pass, refine_with_exchanges
 from corefold.mapping.testing import from_matrix, random_graph
 
@@ -24,12 +24,12 @@ def test_eject_pair_unblocks_a_move_into_a_full_core():
     caps = np.array([[6, 40], [5, 40]], np.int64)
     fill = part_fill(loads, part, 2)
     dist = _line_dist(2)
-    assert _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1] == 3.0
+    assert edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1] == 3.0
     gain, changes = eject_pass(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist)
     # a moves in (-3), the cheapest member to send back is b (+1): 3 -> 1
     assert changes == 1 and gain == 2.0
     assert part.tolist() == [1, 0, 1, 1, 1, 1]
-    assert _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1] == 1.0
+    assert edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1] == 1.0
     assert (fill == part_fill(loads, part, 2)).all() and (fill <= caps).all()
 
 
@@ -45,14 +45,14 @@ def test_exchanges_gain_exactly_and_keep_both_capacities():
         caps = fill.max(axis=0)[None, :].repeat(k, axis=0)  # the fullest core is exactly full
         caps[:, 0] = 50  # every core exactly full in neurons: only exchanges can move
         dist = _line_dist(k)
-        before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+        before = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
         gain, changes = eject_pass(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist)
-        after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+        after = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
         assert changes > 0 and gain > 0 and np.isclose(before - after, gain)
         assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
         total = refine_with_exchanges(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
                                       np.random.default_rng(0), rounds=3)
-        final = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+        final = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
         assert total >= 0 and np.isclose(after - final, total)
         assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
         assert np.bincount(part, minlength=k).tolist() == [50] * k

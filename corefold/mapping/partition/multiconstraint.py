@@ -3,7 +3,7 @@ r"""Rebalancing a bisection when two capacities bind (neurons and synapses per c
 Greedy growing and Fiduccia-Mattheyses fill a side up to a capacity. With two binding
 capacities the sides end full in *different* dimensions (one at its neuron capacity, the
 other at its synapse capacity), and FM, which never overfills a side, can then move almost
-nothing. :func:`~corefold.mapping.partition.initial.balance_caps` aims each side at its
+nothing. :func:`~corefold.mapping.partition.balance.balance_caps` aims each side at its
 *share* of both loads instead, and :func:`rebalance_heap` moves vertices there, largest
 cut gain first, so that FM on the next level has room in both dimensions (the balance
 condition of multi-constraint partitioning, Karypis & Kumar 1998, applied before FM).
@@ -14,16 +14,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from corefold.mapping.partition.initial import (
-    _flip,
-    _flip_gains,
-    _heap_pop,
-    _heap_push,
-    _overflow2,
-    _overflow_if_flipped,
-    _overflow_scale,
+from corefold.mapping.partition.bisection import (
+    bisection_overflow,
+    flip,
+    flip_gains,
+    overflow_if_flipped,
+    overflow_scale,
     side_fill,
 )
+from corefold.mapping.partition.heap import heap_pop, heap_push
 
 
 @njit(cache=True, nogil=True)
@@ -38,7 +37,7 @@ def _over_mask(fill, caps2):
 
 @njit(cache=True, nogil=True)
 def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
-    """:func:`~corefold.mapping.partition.initial.rebalance`'s single moves from a heap.
+    """:func:`~corefold.mapping.partition.balance.rebalance`'s single moves from a heap.
 
     The rule is the same — among the moves that lower the total normalised overflow,
     the one of largest cut gain — but the candidates come from a max-heap of cut gains
@@ -57,11 +56,11 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
     n = indptr.shape[0] - 1
     dims = loads.shape[1]
     fill = side_fill(side, loads)
-    scale = _overflow_scale(caps2)
-    over = _overflow2(fill, caps2, scale)
+    scale = overflow_scale(caps2)
+    over = bisection_overflow(fill, caps2, scale)
     if over == 0.0:
         return 0, 0.0
-    gain = _flip_gains(indptr, indices, weights, side)
+    gain = flip_gains(indptr, indices, weights, side)
     # NOTE: a heap of 4n entries, rebuilt from the current gains when a move would not
     # fit its pushes (a bound of m pushes would allocate O(m) per call, per level).
     cap = 4 * n + 16
@@ -69,7 +68,7 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
     hv = np.empty(cap, np.int64)
     size = 0
     for v in range(n):
-        size = _heap_push(hk, hv, size, -gain[v], v)
+        size = heap_push(hk, hv, size, -gain[v], v)
     deferred = np.empty(n, np.int64)
     is_deferred = np.zeros(n, np.bool_)
     ndef = 0
@@ -90,29 +89,29 @@ def rebalance_heap(indptr, indices, weights, loads, side, caps2, max_moves):
             ndef = 0
             size = 0
             for u in range(n):
-                size = _heap_push(hk, hv, size, -gain[u], u)
+                size = heap_push(hk, hv, size, -gain[u], u)
         if size == 0:
             break
-        key, v, size = _heap_pop(hk, hv, size)
+        key, v, size = heap_pop(hk, hv, size)
         if -key != gain[v] or is_deferred[v]:
             continue
-        new_over = _overflow_if_flipped(loads, side, fill, caps2, scale, v)
+        new_over = overflow_if_flipped(loads, side, fill, caps2, scale, v)
         if new_over >= over - 1e-15:
             is_deferred[v] = True
             deferred[ndef] = v
             ndef += 1
             continue
         over = new_over
-        _flip(indptr, indices, weights, loads, side, fill, gain, v)
+        flip(indptr, indices, weights, loads, side, fill, gain, v)
         if size + indptr[v + 1] - indptr[v] + 1 > cap:
             size = 0
             for u in range(n):
                 if not is_deferred[u]:
-                    size = _heap_push(hk, hv, size, -gain[u], u)
+                    size = heap_push(hk, hv, size, -gain[u], u)
         else:
-            size = _heap_push(hk, hv, size, -gain[v], v)
+            size = heap_push(hk, hv, size, -gain[v], v)
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
-                size = _heap_push(hk, hv, size, -gain[u], u)
+                size = heap_push(hk, hv, size, -gain[u], u)
         moves += 1
     return moves, over

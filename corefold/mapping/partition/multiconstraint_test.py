@@ -1,13 +1,10 @@
 import numpy as np
 
-from corefold.mapping.objectives import _edge_costs, loads_of, part_fill
-from corefold.mapping.partition.initial import (
-    CUT_DIST,
-    balance_caps,
-    multilevel_bisect,
-    rebalance_sides,
-)
+from corefold.mapping.objectives import edge_costs, loads_of, part_fill
+from corefold.mapping.partition.balance import balance_caps, rebalance_sides
+from corefold.mapping.partition.bisection import CUT_DIST
 from corefold.mapping.partition.multiconstraint import rebalance_heap
+from corefold.mapping.partition.multilevel import multilevel_bisect
 from corefold.mapping.testing import grid_graph, random_graph
 
 
@@ -61,7 +58,7 @@ def test_rebalance_heap_takes_the_cut_cheapest_moves():
     assert left == 0.0 and moves == 50
     assert part_fill(loads, side, 2).tolist() == [[100, 500], [100, 500]]
     # boundary vertices first: the cut stays a (possibly stepped) line, never scattered
-    assert _edge_costs(topo.indptr, topo.indices, topo.weights, side, CUT_DIST)[0] <= 14
+    assert edge_costs(topo.indptr, topo.indices, topo.weights, side, CUT_DIST)[0] <= 14
 
 
 def test_multilevel_bisection_with_both_capacities_binding_fits():

@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from corefold.errors import InternalError
+from corefold.mapping.objectives import edge_costs, part_overflow
 
 
 class ObjectiveMismatch(InternalError):
@@ -217,15 +218,6 @@ def _apply_relief(loads, part, fill, caps, cand, target):
 
 
 @njit(cache=True, nogil=True)
-def _part_overflow(fill, caps, p, scale):
-    o = 0.0
-    for d in range(fill.shape[1]):
-        if fill[p, d] > caps[p, d]:
-            o += (fill[p, d] - caps[p, d]) * scale[d]
-    return o
-
-
-@njit(cache=True, nogil=True)
 def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
     """Last resort for tight packings in several dimensions: moves, then swaps, that lower
     the total overflow sum_d max(0, fill - cap) / cap_d, ignoring traffic. A move may
@@ -236,18 +228,18 @@ def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
     changed = 0
     for v in cand:
         p = part[v]
-        if _part_overflow(fill, caps, p, scale) == 0.0:
+        if part_overflow(fill, caps, p, scale) == 0.0:
             continue
         best = -1e-12
         bt = -1
         for t in range(k):
             if t == p:
                 continue
-            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            before = part_overflow(fill, caps, p, scale) + part_overflow(fill, caps, t, scale)
             for d in range(dims):
                 fill[p, d] -= loads[v, d]
                 fill[t, d] += loads[v, d]
-            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            delta = part_overflow(fill, caps, p, scale) + part_overflow(fill, caps, t, scale) - before
             for d in range(dims):
                 fill[p, d] += loads[v, d]
                 fill[t, d] -= loads[v, d]
@@ -265,11 +257,11 @@ def _overflow_descent(loads, part, fill, caps, cand, pool, scale):
             t = part[u]
             if t == p:
                 continue
-            before = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale)
+            before = part_overflow(fill, caps, p, scale) + part_overflow(fill, caps, t, scale)
             for d in range(dims):
                 fill[p, d] += loads[u, d] - loads[v, d]
                 fill[t, d] += loads[v, d] - loads[u, d]
-            delta = _part_overflow(fill, caps, p, scale) + _part_overflow(fill, caps, t, scale) - before
+            delta = part_overflow(fill, caps, p, scale) + part_overflow(fill, caps, t, scale) - before
             if delta < -1e-12:
                 part[v] = t
                 part[u] = p
@@ -337,10 +329,8 @@ def refine(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.rand
     Raises:
         ObjectiveMismatch: debug only, if the incremental gain disagrees with recomputation.
     """
-    from corefold.mapping.objectives import _edge_costs
-
     total = 0.0
-    before = _edge_costs(indptr, indices, weights, part, dist)[1] if debug else 0.0
+    before = edge_costs(indptr, indices, weights, part, dist)[1] if debug else 0.0
     order = boundary_vertices(indptr, indices, part) if active is None else active
     for _ in range(passes):
         if order.size == 0:
@@ -350,7 +340,7 @@ def refine(indptr, indices, weights, loads, part, fill, caps, dist, rng: np.rand
         gain, moves = refine_pass(indptr, indices, weights, loads, part, fill, caps, dist, order)
         total += gain
         if debug:
-            after = _edge_costs(indptr, indices, weights, part, dist)[1]
+            after = edge_costs(indptr, indices, weights, part, dist)[1]
             if not np.isclose(before - after, gain, rtol=1e-9, atol=1e-6):
                 raise ObjectiveMismatch(f"objective function mismatch: incremental gain {gain}, "
                                         f"recomputed {before - after}")

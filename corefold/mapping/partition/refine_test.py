@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from corefold.mapping.objectives import _edge_costs, loads_of, part_fill
+from corefold.mapping.objectives import edge_costs, loads_of, part_fill
 from corefold.mapping.partition.refine import ObjectiveMismatch, refine, repair_capacity
 from corefold.mapping.testing import random_graph
 
@@ -20,10 +20,10 @@ def test_refine_gain_matches_recomputation_and_never_overfills(metric):
     dist = 1.0 - np.eye(k) if metric == "cut" else np.abs(np.arange(k)[:, None] - np.arange(k)[None, :]) * 1.0
     fill = part_fill(loads, part, k)
     caps = np.tile(fill.max(axis=0) + 3, (k, 1))
-    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    before = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     gain = refine(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
                   np.random.default_rng(1), passes=5, debug=True)
-    after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    after = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     assert gain > 0 and np.isclose(before - after, gain)
     assert (fill == part_fill(loads, part, k)).all()
     assert (fill <= caps).all()
@@ -72,14 +72,14 @@ def test_swaps_gain_exactly_in_full_parts():
     dist = np.abs(xy[:, None, :] - xy[None, :, :]).sum(axis=2).astype(np.float64)
     fill = part_fill(loads, part, k)
     caps = fill.copy()  # every part exactly full: no single move fits, only swaps
-    before = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    before = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     gain, swaps = swap_pass(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist)
-    after = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    after = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     assert swaps > 0 and gain > 0 and np.isclose(before - after, gain)
     assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
     total = refine_with_exchanges(topo.indptr, topo.indices, topo.weights, loads, part, fill, caps, dist,
                                   np.random.default_rng(0), rounds=4, scan=0, debug=True)
-    final = _edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
+    final = edge_costs(topo.indptr, topo.indices, topo.weights, part, dist)[1]
     assert total > 0 and np.isclose(after - final, total)
     assert (fill == part_fill(loads, part, k)).all() and (fill <= caps).all()
     assert np.bincount(part, minlength=k).tolist() == [60] * k

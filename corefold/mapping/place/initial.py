@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from corefold.errors import CapacityError
-from corefold.mapping.partition.initial import recursive_bisection
+from corefold.mapping.partition.recursive import recursive_bisection
 
 
 def choose_region(usable: np.ndarray, k: int, width: int, height: int, mesh_width: int,

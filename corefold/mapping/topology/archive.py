@@ -34,6 +34,11 @@ MANIFEST = "manifest.json"
 VERTICES = "vertices"
 #: Flag bit 0: the edge is the matching edge of its two ends (coarsening mark, seed 003 §27).
 FLAG_MATCHED = 1
+#: Flag bits 1 and 2 (archives whose manifest says ``"directions": true``): this file's
+#: vertex has a synapse to the other one (2), the other one has a synapse to it (4); the
+#: topology's ``sends`` shifted left by one.
+FLAG_SENDS = 2
+FLAG_RECEIVES = 4
 #: Deflate level: 1 is nearly as small as 6 on these short files and markedly faster.
 DEFAULT_LEVEL = 1
 _CHUNK_BYTES = 1 << 23
@@ -86,11 +91,13 @@ class ArchiveWriter:
             "float32-bits" or "float64-bits" (the IEEE-754 bit pattern as an unsigned integer).
         weights_dtype: the dtype readers give the weights back in.
         level: deflate level 0-9.
+        directions: the flags carry :data:`FLAG_SENDS` and :data:`FLAG_RECEIVES` (the
+            manifest says so).
     """
 
     def __init__(self, path: str | Path, neuron_sizes: np.ndarray, synapses: np.ndarray, *,
                  weight_encoding: str = "integer", weights_dtype: str | np.dtype = "int64",
-                 level: int = DEFAULT_LEVEL):
+                 level: int = DEFAULT_LEVEL, directions: bool = False):
         if weight_encoding not in _WEIGHT_ENCODINGS:
             raise ValueError(f"unknown weight encoding {weight_encoding!r}")
         self.path = Path(path)
@@ -103,6 +110,7 @@ class ArchiveWriter:
         self.weight_encoding = weight_encoding
         self.weights_dtype = np.dtype(weights_dtype)
         self.level = level
+        self.directions = directions
         self.next_vertex = 0
         self.entries = 0
         self._zip = ZipStoreWriter(self.path, level)
@@ -179,8 +187,11 @@ class ArchiveWriter:
         manifest = {
             "format": FORMAT, "version": VERSION, "vertices": self.num_vertices, "entries": self.entries,
             "weight_encoding": self.weight_encoding, "weights_dtype": self.weights_dtype.name,
-            "flag_bits": {"1": "matched"},
+            "flag_bits": ({"1": "matched", "2": "sends to other", "4": "receives from other"} if self.directions
+                          else {"1": "matched"}),
         }
+        if self.directions:
+            manifest["directions"] = True
         self._member(MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
         self._zip.close()
 
@@ -211,7 +222,8 @@ def write_archive(topo: Topology, path: str | Path, *, level: int = DEFAULT_LEVE
     """Write ``topo`` as an archive, streaming ~2M edge entries at a time.
 
     Integral weights (also float ones) are stored as integers, others as IEEE-754 bits, so
-    :func:`read_archive` gives back equal arrays. O(m) time, O(n + chunk) extra memory.
+    :func:`read_archive` gives back equal arrays; the synapses' directions (``sends``) go
+    into the flags. O(m) time, O(n + chunk) extra memory.
 
     Raises:
         TopologyError: negative weights or sizes, ids out of range.
@@ -219,9 +231,12 @@ def write_archive(topo: Topology, path: str | Path, *, level: int = DEFAULT_LEVE
     from tqdm import tqdm
 
     n = topo.num_vertices
+    if topo.sends is not None:
+        dflags = topo.sends.astype(np.uint8) << 1
+        flags = dflags if flags is None else (dflags | np.asarray(flags, np.uint8))
     with ArchiveWriter(path, topo.neuron_sizes, topo.synapses,
                        weight_encoding=weight_encoding_for(topo.weights),
-                       weights_dtype=topo.weights.dtype, level=level) as writer, \
+                       weights_dtype=topo.weights.dtype, level=level, directions=topo.sends is not None) as writer, \
             tqdm(total=n, unit="vertex", desc="write archive", disable=not progress, leave=False) as bar:
         v = 0
         while v < n:
@@ -322,6 +337,54 @@ class ArchiveReader:
     def num_vertices(self) -> int:
         return int(self.manifest["vertices"])
 
+    def _own(self) -> tuple[np.ndarray, np.ndarray]:
+        """(neuron_sizes, synapses) of every vertex, from ``vertices`` (read once)."""
+        if getattr(self, "_own_cache", None) is None:
+            path, zf, n = self.path, self._zf, self.num_vertices
+            own = _decode(path, VERTICES, _member_bytes(zf, path, VERTICES))
+            if own.shape[0] != 2 * n:
+                raise TopologyError(f"topology archive '{path}': '{VERTICES}' holds {own.shape[0]} values, "
+                                    f"expected 2 per vertex ({2 * n})")
+            if n and own.max() >= 2**63:
+                raise TopologyError(f"topology archive '{path}': '{VERTICES}' has a value beyond int64")
+            own = own.astype(np.int64)
+            self._own_cache = (own[0::2].copy(), own[1::2].copy())
+        return self._own_cache
+
+    def vertex_loads(self) -> tuple[np.ndarray, np.ndarray]:
+        """int64 (neuron_sizes, synapses) of every vertex. O(n).
+
+        Raises:
+            TopologyError: ``vertices`` is missing or corrupt.
+        """
+        return self._own()
+
+    def chunk_starts(self, chunk_bytes: int = _CHUNK_BYTES) -> np.ndarray:
+        """int64 vertex ids that cut the archive into chunks of about ``chunk_bytes`` of
+        vertex files (first 0, last n), for :meth:`read_chunk` in any order. O(n)."""
+        n = self.num_vertices
+        cum = self._zf.cumulative_sizes(n)
+        starts = [0]
+        v = 0
+        while v < n:
+            end = int(np.searchsorted(cum, cum[v] + chunk_bytes, side="right")) - 1
+            v = min(max(end, v + 1), n)
+            starts.append(v)
+        return np.array(starts, np.int64)
+
+    def read_chunk(self, first: int, end: int) -> ArchiveChunk:
+        """Vertices ``first .. end - 1`` as one chunk (random access).
+
+        Raises:
+            TopologyError: naming the member that is missing, truncated or corrupt.
+        """
+        sizes, synapses = self._own()
+        m = self.manifest
+        datas = _vertex_files(self._zf, self.path, first, end - first)
+        return _decode_chunk(self.path, first, datas, self.num_vertices, sizes, synapses,
+                             index_dtype(self.num_vertices), np.dtype(m.get("weights_dtype", "int64")),
+                             m["weight_encoding"], bool(m.get("directions", False)))
+
     def chunks(self, *, chunk_bytes: int = _CHUNK_BYTES, progress: bool = False) -> Iterator[ArchiveChunk]:
         """Vertices in id order as CSR chunks of about ``chunk_bytes`` of vertex files.
 
@@ -354,7 +417,8 @@ class ArchiveReader:
                 end = int(np.searchsorted(cum, cum[v] + chunk_bytes, side="right")) - 1
                 end = min(max(end, v + 1), n)
                 datas = _vertex_files(zf, path, v, end - v)
-                yield _decode_chunk(path, v, datas, n, sizes, synapses, idx_dtype, wdtype, encoding)
+                yield _decode_chunk(path, v, datas, n, sizes, synapses, idx_dtype, wdtype, encoding,
+                                    bool(m.get("directions", False)))
                 bar.update(len(datas))
                 v += len(datas)
 
@@ -375,7 +439,7 @@ def iter_archive(path: str | Path, *, chunk_bytes: int = _CHUNK_BYTES, progress:
 
 
 def _decode_chunk(path, first: int, datas: list[bytes], n: int, sizes: np.ndarray, synapses: np.ndarray,
-                  idx_dtype: np.dtype, wdtype: np.dtype, encoding: str) -> ArchiveChunk:
+                  idx_dtype: np.dtype, wdtype: np.dtype, encoding: str, directions: bool = False) -> ArchiveChunk:
     k = len(datas)
     lens = np.fromiter(map(len, datas), dtype=np.int64, count=k)
     buf = np.frombuffer(b"".join(datas), dtype=np.uint8)
@@ -391,8 +455,11 @@ def _decode_chunk(path, first: int, datas: list[bytes], n: int, sizes: np.ndarra
         raise TopologyError(f"topology archive '{path}': member '{vertex_member(first + row)}': "
                             f"edge {e - int(indptr[row])} {what}")
 
-    if np.any(flags > FLAG_MATCHED):
-        fail(flags > FLAG_MATCHED, "has a flag with reserved bits set")
+    allowed = FLAG_MATCHED | FLAG_SENDS | FLAG_RECEIVES if directions else FLAG_MATCHED
+    if np.any(flags > allowed):
+        fail(flags > allowed, "has a flag with reserved bits set")
+    if directions and np.any((flags & (FLAG_SENDS | FLAG_RECEIVES)) == 0):
+        fail((flags & (FLAG_SENDS | FLAG_RECEIVES)) == 0, "carries no synapse in either direction")
     if np.any(other >= n):
         fail(other >= n, f"names vertex id outside [0, {n})")
     other = other.astype(idx_dtype)
@@ -431,6 +498,7 @@ def _read_all(reader: ArchiveReader, validate: bool, progress: bool) -> Topology
     weights = np.empty(total, dtype=np.dtype(m.get("weights_dtype", "int64")))
     sizes = np.empty(n, dtype=np.int64)
     synapses = np.empty(n, dtype=np.int64)
+    sends = np.empty(total, dtype=np.uint8) if m.get("directions", False) else None
     at = 0
     for ch in reader.chunks(progress=progress):
         e = int(ch.indptr[-1])
@@ -438,13 +506,15 @@ def _read_all(reader: ArchiveReader, validate: bool, progress: bool) -> Topology
             raise TopologyError(f"topology archive '{path}': more edge entries than the manifest's {total}")
         indices[at:at + e] = ch.indices
         weights[at:at + e] = ch.weights
+        if sends is not None:
+            sends[at:at + e] = (ch.flags >> 1) & 3
         indptr[ch.first + 1:ch.first + ch.num_vertices + 1] = at + ch.indptr[1:]
         sizes[ch.first:ch.first + ch.num_vertices] = ch.neuron_sizes
         synapses[ch.first:ch.first + ch.num_vertices] = ch.synapses
         at += e
     if at != total:
         raise TopologyError(f"topology archive '{path}': {at} edge entries, the manifest says {total}")
-    topo = Topology(indptr, indices, weights, sizes, synapses)
+    topo = Topology(indptr, indices, weights, sizes, synapses, sends)
     if validate:
         topo.validate(name=f"topology archive '{path}'")
     return topo

@@ -176,3 +176,37 @@ def test_streaming_writer_in_several_calls(tmp_path):
     with pytest.raises(TopologyError, match="more rows than"):
         with ArchiveWriter(tmp_path / "long.zip", t.neuron_sizes[:10], t.synapses[:10]) as w:
             w.write_rows(t.indptr[:12], t.indices, t.weights)
+
+
+def test_directions_round_trip_through_archive_and_npz(tmp_path):
+    from corefold.mapping.topology.io import load_topology, save_topology
+    from corefold.mapping.topology.model import Topology
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 50, 300), rng.integers(0, 50, 300)
+    topo = Topology.from_edges(src, dst, num_vertices=50, directions=True)
+    topo.validate()
+    # bit 0: row vertex -> neighbour; checked against the synapse list itself
+    pairs = {(int(a), int(b)) for a, b in zip(src, dst, strict=True) if a != b}
+    for v in range(50):
+        for e in range(topo.indptr[v], topo.indptr[v + 1]):
+            u = int(topo.indices[e])
+            assert bool(topo.sends[e] & 1) == ((v, u) in pairs) and bool(topo.sends[e] & 2) == ((u, v) in pairs)
+    for name in ("t.zip", "t.npz"):
+        save_topology(topo, tmp_path / name)
+        back = load_topology(tmp_path / name)
+        np.testing.assert_array_equal(back.sends, topo.sends)
+    plain = Topology(topo.indptr, topo.indices, topo.weights, topo.neuron_sizes, topo.synapses)
+    save_topology(plain, tmp_path / "p.zip")
+    assert load_topology(tmp_path / "p.zip").sends is None
+
+
+def test_a_broken_direction_is_named():
+    import pytest
+
+    from corefold.mapping.topology.model import Topology, TopologyError
+
+    topo = Topology.from_edges(np.array([0, 1, 2]), np.array([1, 2, 0]), directions=True)
+    topo.sends[0] = 3  # vertex 0's entry says both ways, vertex 1's mirror says one way
+    with pytest.raises(TopologyError, match="vertex 0 .*directions"):
+        topo.validate()

@@ -1,5 +1,6 @@
 """CSR ``.npz`` topologies: arrays ``indptr``, ``indices``, ``weights`` (a symmetric
-adjacency in canonical form) and optionally ``neuron_sizes`` and ``synapses``.
+adjacency in canonical form) and optionally ``neuron_sizes``, ``synapses`` and ``sends``
+(uint8 per entry: which way the synapses run, see :mod:`~corefold.mapping.topology.model`).
 
 Missing ``neuron_sizes`` default to 1 per vertex; missing ``synapses`` default to each
 vertex's number of neighbours (a symmetric adjacency does not say which way synapses run).
@@ -15,7 +16,7 @@ import numpy as np
 from corefold.mapping.topology.model import Topology, TopologyError
 
 REQUIRED = ("indptr", "indices", "weights")
-OPTIONAL = ("neuron_sizes", "synapses")
+OPTIONAL = ("neuron_sizes", "synapses", "sends")
 
 
 def read_npz(path: str | Path, *, validate: bool = True) -> Topology:
@@ -45,14 +46,17 @@ def read_npz(path: str | Path, *, validate: bool = True) -> Topology:
     synapses = arrays.get("synapses")
     topo = Topology(indptr, arrays["indices"], arrays["weights"],
                     np.ones(n, np.int64) if sizes is None else sizes.astype(np.int64, copy=False),
-                    np.diff(indptr) if synapses is None else synapses.astype(np.int64, copy=False))
+                    np.diff(indptr) if synapses is None else synapses.astype(np.int64, copy=False),
+                    arrays.get("sends"))
     if validate:
         topo.validate(name=f"topology '{path}'")
     return topo
 
 
 def write_npz(topo: Topology, path: str | Path) -> None:
-    """Write all five arrays, uncompressed (fast to load; the archive is the compact form)."""
+    """Write the arrays (``sends`` when known), uncompressed (fast to load; the archive is
+    the compact form)."""
+    extra = {} if topo.sends is None else {"sends": topo.sends}
     with open(path, "wb") as f:
         np.savez(f, indptr=topo.indptr, indices=topo.indices, weights=topo.weights,
-                 neuron_sizes=topo.neuron_sizes, synapses=topo.synapses)
+                 neuron_sizes=topo.neuron_sizes, synapses=topo.synapses, **extra)

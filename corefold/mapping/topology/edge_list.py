@@ -69,6 +69,10 @@ def _find_bad_line(path: Path) -> str:
     return "malformed"
 
 
+#: an edge list may name at most this many vertices per edge without a ``# vertices N`` header
+MAX_VERTICES_PER_EDGE = 64
+
+
 def read_edge_list(path: str | Path, *, validate: bool = True) -> Topology:
     """Parse an edge list (vectorised, ``np.loadtxt``). O(m log m).
 
@@ -97,6 +101,12 @@ def read_edge_list(path: str | Path, *, validate: bool = True) -> Topology:
         if n_header < n:
             raise TopologyError(f"edge list '{path}': header says {n_header} vertices but id {n - 1} occurs")
         n = n_header
+    if n == 0:
+        raise TopologyError(f"edge list '{path}' has no edges and no '# vertices N' header: nothing to map")
+    if n > MAX_VERTICES_PER_EDGE * max(ids.shape[0], 1) and n_header is None:
+        # vertex ids are 0..n-1: a lone id of 4e9 would allocate 4e9 empty vertices
+        raise TopologyError(f"edge list '{path}': vertex id {n - 1} with only {ids.shape[0]} edges; ids must be "
+                            f"numbered from 0 without large gaps (or give '# vertices N')")
     if data.size and data.shape[1] == 3:
         w = data[:, 2]
         if not (np.all(np.isfinite(w)) and w.min() >= 0):

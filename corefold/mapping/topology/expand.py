@@ -74,8 +74,10 @@ class NeuronExpansion:
         return int(self.src.shape[0])
 
     def topology(self) -> Topology:
-        """The symmetrised topology (weight 1 per synapse, synapses = fan-in; int32 weights)."""
-        return Topology.from_edges(self.src, self.dst, None, self.num_neurons, weights_dtype=np.int32)
+        """The symmetrised topology (weight 1 per synapse, synapses = fan-in; int32 weights),
+        with the synapses' directions (``sends``)."""
+        return Topology.from_edges(self.src, self.dst, None, self.num_neurons, weights_dtype=np.int32,
+                                   directions=True)
 
 
 class _Builder:

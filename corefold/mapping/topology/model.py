@@ -12,6 +12,13 @@ Synapse convention (NOTE: shared by every reader and generator): a *directed* sy
 u -> v plus v -> u``, and ``synapses[v]`` counts the synapses that end at v (its fan-in:
 the synapse memory v needs on its core), self synapses included; self loops are dropped
 from the adjacency because they never cross cores.
+
+Directions (optional, ``Topology.sends``): the symmetric adjacency forgets which way the
+synapses run, which the multicast objective needs (a spike crosses to each destination
+core once). ``sends[e]`` for the CSR entry e of row v (neighbour u = indices[e]) has bit 0
+set when v has a synapse to u and bit 1 when u has one to v; every entry has at least one
+bit, and the entry of u's row for v holds the same two bits swapped. ``None`` means the
+directions are unknown: every edge is taken to run both ways.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ class Topology:
             edge, equal in both directions.
         neuron_sizes: int64[n]; neurons in each vertex (1 for a neuron-level graph).
         synapses: int64[n]; synapse memory (fan-in) each vertex needs on its core.
+        sends: uint8[m] or None; which way each edge's synapses run (see the module
+            docstring: bit 0 = row vertex to neighbour, bit 1 = neighbour to row vertex).
     """
 
     indptr: np.ndarray
@@ -51,6 +60,7 @@ class Topology:
     weights: np.ndarray
     neuron_sizes: np.ndarray
     synapses: np.ndarray
+    sends: np.ndarray | None = None
 
     @property
     def num_vertices(self) -> int:
@@ -81,12 +91,13 @@ class Topology:
         return float(s) if acc is np.float64 else int(s)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.indptr, self.indices, self.weights, self.neuron_sizes, self.synapses))
+        arrays = (self.indptr, self.indices, self.weights, self.neuron_sizes, self.synapses, self.sends)
+        return sum(a.nbytes for a in arrays if a is not None)
 
     @classmethod
     def from_edges(cls, src: np.ndarray, dst: np.ndarray, weights: np.ndarray | None = None,
                    num_vertices: int | None = None, neuron_sizes: np.ndarray | None = None,
-                   weights_dtype: str | np.dtype | None = None) -> "Topology":
+                   weights_dtype: str | np.dtype | None = None, directions: bool = False) -> "Topology":
         """Build the canonical symmetric topology of a directed synapse list.
 
         ``weight(u, v) = sum of weights over u -> v and v -> u``; ``synapses[v]`` = number of
@@ -101,6 +112,8 @@ class Topology:
             neuron_sizes: default all 1.
             weights_dtype: of the result; default int64 for integer weights, float32
                 otherwise (sums are accumulated in this dtype).
+            directions: also record which way each edge's synapses run (``sends``,
+                O(m log d) more).
 
         Raises:
             TopologyError: lengths differ, an id is out of range, a weight is negative, or
@@ -140,7 +153,8 @@ class Topology:
         if wdtype.kind in "iu" and w.size and w.min() < 0:
             raise TopologyError(f"summed edge weights overflow {wdtype.name}")
         sizes = np.ones(n, np.int64) if neuron_sizes is None else np.asarray(neuron_sizes, dtype=np.int64)
-        return cls(indptr, indices, w, sizes, synapses)
+        sends = direction_mask(indptr, indices, src, dst) if directions else None
+        return cls(indptr, indices, w, sizes, synapses, sends)
 
     def validate(self, name: str = "topology", check_symmetry: bool = True) -> None:
         """Check the canonical form (see the module docstring). O(m log d) time, O(1) extra memory.
@@ -176,6 +190,13 @@ class Topology:
             bad = _first_asymmetric_row(ip, ix, w)
             if bad >= 0:
                 raise TopologyError(f"{name}: vertex {bad} has an edge without an equal-weight reverse edge")
+        if self.sends is not None:
+            if self.sends.shape != ix.shape or self.sends.dtype != np.uint8:
+                raise TopologyError(f"{name}: sends must be a uint8 array, one per index")
+            bad = _first_bad_direction(ip, ix, self.sends)
+            if bad >= 0:
+                raise TopologyError(f"{name}: vertex {bad} has an edge whose directions (sends) are empty, "
+                                    "out of range or do not mirror its reverse edge")
 
 
 @numba.njit(cache=True)
@@ -247,5 +268,48 @@ def _first_asymmetric_row(indptr, indices, weights):  # pragma: no cover - numba
                 else:
                     hi = mid
             if lo >= indptr[u + 1] or indices[lo] != v or weights[lo] != weights[e]:
+                return v
+    return -1
+
+
+@numba.njit(cache=True)
+def _find(indptr, indices, v, u):  # pragma: no cover - numba
+    """Position of u in v's sorted row, or -1. O(log deg v)."""
+    lo, hi = indptr[v], indptr[v + 1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if indices[mid] < u:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < indptr[v + 1] and indices[lo] == u:
+        return lo
+    return -1
+
+
+@numba.njit(cache=True)
+def direction_mask(indptr, indices, src, dst):  # pragma: no cover - numba
+    """``sends`` of a canonical CSR built from the synapses ``src -> dst``. O(synapses log d)."""
+    sends = np.zeros(indices.shape[0], np.uint8)
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        if u == v:
+            continue
+        e = _find(indptr, indices, u, v)
+        sends[e] |= 1
+        e = _find(indptr, indices, v, u)
+        sends[e] |= 2
+    return sends
+
+
+@numba.njit(cache=True)
+def _first_bad_direction(indptr, indices, sends):  # pragma: no cover - numba
+    for v in range(indptr.shape[0] - 1):
+        for e in range(indptr[v], indptr[v + 1]):
+            s = sends[e]
+            if s == 0 or s > 3:
+                return v
+            r = _find(indptr, indices, indices[e], v)
+            if r < 0 or sends[r] != ((s & 1) << 1 | (s >> 1)):
                 return v
     return -1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from array import array
 from pathlib import Path
 
 import numpy as np
@@ -40,17 +41,20 @@ class ZipStoreWriter:
     """Append deflated members to a new zip file; :meth:`close` writes the directory.
 
     Member names must be ASCII. Timestamps are fixed (1980-01-01) so output is reproducible.
+    The directory entries wait in compact arrays (about 30 bytes per member: 10^7 members
+    cost 0.3 GB, where Python lists of ints and bytes cost 2 GB).
     """
 
     def __init__(self, path: str | Path, level: int = 1):
         self.level = level
         self._f = open(path, "wb")
         self._pos = 0
-        self._names: list[bytes] = []
-        self._crc: list[int] = []
-        self._csize: list[int] = []
-        self._usize: list[int] = []
-        self._offset: list[int] = []
+        self._names = bytearray()
+        self._name_len = array("H")
+        self._crc = array("I")
+        self._csize = array("Q")
+        self._usize = array("Q")
+        self._offset = array("Q")
 
     def add_many(self, names: list[str], datas: list[bytes]) -> None:
         """Compress and append members (one write for the whole batch)."""
@@ -63,7 +67,8 @@ class ZipStoreWriter:
             crc = zlib.crc32(data)
             header = _LOCAL.pack(_SIG_LOCAL, 20, 0, _DEFLATE, 0, _DOS_DATE, crc, len(comp), len(data), len(bname), 0)
             pieces += (header, bname, comp)
-            self._names.append(bname)
+            self._names += bname
+            self._name_len.append(len(bname))
             self._crc.append(crc)
             self._csize.append(len(comp))
             self._usize.append(len(data))
@@ -81,7 +86,14 @@ class ZipStoreWriter:
             return
         cd_start = self._pos
         pieces = []
-        for name, crc, cs, us, off in zip(self._names, self._crc, self._csize, self._usize, self._offset, strict=True):
+        count = len(self._name_len)
+        cd_size = 0
+        at = 0
+        names = bytes(self._names)
+        for i in range(count):
+            name = names[at:at + self._name_len[i]]
+            at += self._name_len[i]
+            crc, cs, us, off = self._crc[i], self._csize[i], self._usize[i], self._offset[i]
             extra = b""
             if off >= ZIP64_LIMIT:
                 extra = struct.pack("<HHQ", 0x0001, 8, off)
@@ -89,9 +101,11 @@ class ZipStoreWriter:
             version = 45 if extra else 20
             pieces += (_CENTRAL.pack(_SIG_CENTRAL, (3 << 8) | version, version, 0, _DEFLATE, 0, _DOS_DATE, crc, cs, us,
                                      len(name), len(extra), 0, 0, 0, 0o100644 << 16, off), name, extra)
-        cd = b"".join(pieces)
-        self._f.write(cd)
-        count, cd_size = len(self._names), len(cd)
+            cd_size += 46 + len(name) + len(extra)
+            if len(pieces) >= 3 << 16:  # write the directory in blocks, not as one bytes object
+                self._f.write(b"".join(pieces))
+                pieces = []
+        self._f.write(b"".join(pieces))
         end = cd_start + cd_size
         if count >= 0xFFFF or cd_start >= ZIP64_LIMIT or cd_size >= ZIP64_LIMIT:
             self._f.write(_EOCD64.pack(_SIG_EOCD64, 44, 45, 45, 0, 0, count, count, cd_size, cd_start))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corefold.executor.kernels.memory import CompressFormat
+from corefold.ops.defs.memory import CompressFormat
 from corefold.passes.memory.program import COMPUTE, Program, Storage, is_view
 
 SWAP, COMPRESS, BOTH = "swap", "compress", "both"

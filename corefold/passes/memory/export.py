@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from corefold.executor.kernels.memory import FLT_MIN, compress_format
 from corefold.ir import Graph, Node, Value
 from corefold.ir.domains import MEMORY_DOMAIN
+from corefold.ops.defs.memory import FLT_MIN, compress_format
 
 
 def to_standard_ops(graph: Graph) -> Graph:

@@ -9,7 +9,7 @@ budget mode the step-model peak after the pass is checked against the budget (a 
 an :class:`~corefold.errors.InternalError`). :class:`MemoryPass` wraps it in the pipeline
 contract. Outputs are bit-identical with ``reduction = "swap"``; with compression each
 compressed tensor is within its format's bound
-(:mod:`corefold.executor.kernels.memory`) and the outputs within the SQNR of
+(:mod:`corefold.ops.defs.memory`) and the outputs within the SQNR of
 :data:`COMPRESS_SQNR_DB`.
 """
 
@@ -42,7 +42,7 @@ from corefold.settings import preset
 from corefold.target import Target
 
 #: Output SQNR per compression format for the pass's debug-mode equivalence. Only each
-#: compressed tensor's error has a proven bound (corefold.executor.kernels.memory); these
+#: compressed tensor's error has a proven bound (corefold.ops.defs.memory); these
 #: output figures are empirical (the test MLP gives fp16 >= 83 dB, bf16 >= 65, fp8 >= 41,
 #: int8 >= 14: int8 flips the sign of pre-ReLU values near zero, which masks move).
 COMPRESS_SQNR_DB = {"fp16": 40.0, "bf16": 25.0, "fp8": 15.0, "int8": 10.0}

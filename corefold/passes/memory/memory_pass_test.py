@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from corefold.executor import random_inputs, run
-from corefold.executor.kernels.memory import COMPRESS_FORMATS
 from corefold.ir import parse, to_text, verify
 from corefold.ir.domains import MEMORY_DOMAIN
+from corefold.ops.defs.memory import COMPRESS_FORMATS
 from corefold.passes.memory import (
     COMPRESS_SQNR_DB,
     BudgetError,

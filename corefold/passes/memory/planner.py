@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from corefold.errors import CapacityError
-from corefold.executor.kernels.memory import CompressFormat, compress_format
+from corefold.ops.defs.memory import CompressFormat, compress_format
 from corefold.passes.memory.evictions import BOTH, COMPRESS, SWAP, Eviction, UseGaps, use_gaps
 from corefold.passes.memory.links import LinkTimeline
 from corefold.passes.memory.memsim import step_profile

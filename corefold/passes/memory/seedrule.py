@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from corefold.executor.kernels.memory import compress_format
+from corefold.ops.defs.memory import compress_format
 from corefold.passes.memory.evictions import BOTH, COMPRESS, SWAP, Eviction, use_gaps
 from corefold.passes.memory.memsim import step_profile
 from corefold.passes.memory.planner import compressible

@@ -7,7 +7,7 @@ For each :class:`~corefold.passes.memory.evictions.Eviction` of a storage with r
 * both: ``Compress``, ``SwapOut`` of its outputs, and per cluster ``SwapIn`` then
   ``Decompress``;
 
-all in domain ``corefold.memory`` (kernels: ``corefold.executor.kernels.memory``). Reads of
+all in domain ``corefold.memory`` (kernels: ``corefold.ops.defs.memory``). Reads of
 cluster ``j`` take the restored value, or a replay of the view chain from it when they
 read a view of ``r``. Control edges (SPEC M2 §5): ``SwapOut =>`` the first node of the
 release step (serialization), the last node of the trigger step ``=> SwapIn`` (prefetch),

@@ -10,12 +10,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from corefold.passes.order.simulator import _earliest, _run, _score, _step
+from corefold.passes.order.simulator import earliest_slot, run_order, score, step
 
 
 @njit(cache=True)
-def _start_time(P, S, i):
-    """When node i would start if issued now (read-only twin of ``_step``'s first half)."""
+def start_time(P, S, i):
+    """When node i would start if issued now (read-only twin of ``step``'s first half); issuing
+    other nodes first never makes it earlier, so it bounds every continuation from below."""
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
      ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
     free, ready, resident, remaining, end, scal = S
@@ -24,7 +25,7 @@ def _start_time(P, S, i):
     load_after = 0.0
     pending_end = 0.0
     if scal[4] >= 0:
-        d = _earliest(free, kind_first[0], kind_count[0])
+        d = earliest_slot(free, kind_first[0], kind_count[0])
         pending_end = max(free[d], scal[3]) + scal[2]
     for k in range(in_ptr[i], in_ptr[i + 1]):
         v = in_val[k]
@@ -36,10 +37,10 @@ def _start_time(P, S, i):
     for k in range(ctrl_ptr[i], ctrl_ptr[i + 1]):
         t_data = max(t_data, end[ctrl_src[k]])
     if load > 0.0:
-        d = _earliest(free, kind_first[0], kind_count[0])
+        d = earliest_slot(free, kind_first[0], kind_count[0])
         t_data = max(t_data, max(free[d], load_after) + load)
     u = kind[i]
-    slot = _earliest(free, kind_first[u], kind_count[u])
+    slot = earliest_slot(free, kind_first[u], kind_count[u])
     return max(t_data, free[slot])
 
 
@@ -72,11 +73,11 @@ def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ
         best = 0
         best_start = 0.0
         if greedy:
-            best_start = _start_time(P, S, ready[0])
+            best_start = start_time(P, S, ready[0])
         for r in range(1, nready):
             i = ready[r]
             if greedy:
-                st = _start_time(P, S, i)
+                st = start_time(P, S, i)
                 if st < best_start or (st == best_start and prio[i] > prio[ready[best]]):
                     best, best_start = r, st
             elif prio[i] > prio[ready[best]]:
@@ -86,7 +87,7 @@ def list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ
             ready[r] = ready[r + 1]
         nready -= 1
         order[t] = i
-        _step(P, S, i, rec, prec)
+        step(P, S, i, rec, prec)
         for k in range(succ_ptr[i], succ_ptr[i + 1]):
             s = succ_idx[k]
             if member_mask[s]:
@@ -104,11 +105,12 @@ def _copy(S0):
 
 @njit(cache=True)
 def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx, prio,
-                          samples, spread, seed):
-    """Monte Carlo: ``samples`` list schedules with priorities ``prio * exp(spread * N(0,1))``;
-    returns the best order and its (makespan, mean busy-until) from ``S0``."""
+                          samples, spread, seed, uniform):
+    """Monte Carlo: ``samples`` list schedules with priorities ``prio * exp(spread * N(0,1))``,
+    or with ``uniform`` independent U(0,1) priorities (each step then issues a ready member
+    chosen uniformly at random); returns the best order and its (makespan, mean
+    busy-until) from ``S0``. O(samples * m * w * deg)."""
     np.random.seed(seed)
-    member_mask.shape[0]
     best_order = members.copy()
     best_ms = np.inf
     best_busy = np.inf
@@ -116,11 +118,14 @@ def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_
     for _ in range(samples):
         for j in range(members.shape[0]):
             i = members[j]
-            noisy[i] = prio[i] * np.exp(spread * np.random.standard_normal())
+            if uniform:
+                noisy[i] = np.random.random()
+            else:
+                noisy[i] = prio[i] * np.exp(spread * np.random.standard_normal())
         S = _copy(S0)
         order = list_schedule(P, S, members, member_mask, pred_ptr, pred_idx, succ_ptr, succ_idx,
                               noisy, False)
-        ms, busy = _score(P, S)
+        ms, busy = score(P, S)
         if ms < best_ms or (ms == best_ms and busy < best_busy):
             best_ms, best_busy = ms, busy
             best_order = order
@@ -128,19 +133,21 @@ def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_
 
 
 @njit(cache=True)
-def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed):
+def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed, target):
     """Random insertion moves that keep every edge, accepting non-worsening ones.
 
     Moving the node at position a to position b is valid iff no predecessor lies in
     [b, a) (b < a) or no successor lies in (a, b] (b > a). Each try re-simulates the
-    segment from ``S0``: O(iters * m). Returns (order, makespan, mean busy-until).
+    segment from ``S0``: O(iters * m). Stops early once the makespan is at most
+    ``target`` (pass a negative ``target`` to run every iteration). Returns (order,
+    makespan, mean busy-until).
     """
     np.random.seed(seed)
     m = order.shape[0]
     cur = order.copy()
     S = _copy(S0)
-    _run(P, S, cur)
-    cur_ms, cur_busy = _score(P, S)
+    run_order(P, S, cur)
+    cur_ms, cur_busy = score(P, S)
     if m < 2:
         return cur, cur_ms, cur_busy
     pos = np.full(n_nodes, -1, np.int64)
@@ -148,6 +155,8 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
         pos[cur[j]] = j
     trial = np.empty(m, np.int64)
     for _ in range(iters):
+        if cur_ms <= target:
+            break
         a = np.random.randint(0, m)
         x = cur[a]
         lo = 0
@@ -174,8 +183,8 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
             trial[b] = x
             trial[b + 1:] = cur[b + 1:]
         S = _copy(S0)
-        _run(P, S, trial)
-        ms, busy = _score(P, S)
+        run_order(P, S, trial)
+        ms, busy = score(P, S)
         if ms < cur_ms or (ms == cur_ms and busy <= cur_busy):
             cur_ms, cur_busy = ms, busy
             cur[:] = trial
@@ -215,8 +224,8 @@ def beam_over_ideals(P, S0, members, pred_mask, width, per_ideal):
             for j in range(m):
                 if (mask >> j) & 1 == 0 and (pred_mask[j] & ~mask) == 0:
                     S = _copy(states[e])
-                    _step(P, S, members[j], rec, prec)
-                    ms, busy = _score(P, S)
+                    step(P, S, members[j], rec, prec)
+                    ms, busy = score(P, S)
                     c_parent[nc] = e
                     c_op[nc] = j
                     c_ms[nc] = ms
@@ -256,15 +265,15 @@ def beam_over_ideals(P, S0, members, pred_mask, width, per_ideal):
             new_orders[s, t] = members[c_op[c]]
             new_masks[s] = masks[e] | (np.int64(1) << c_op[c])
             S = _copy(states[e])
-            _step(P, S, members[c_op[c]], rec, prec)
+            step(P, S, members[c_op[c]], rec, prec)
             new_states.append(S)
         orders = new_orders
         masks = new_masks
         states = new_states
     best = 0
-    best_ms, best_busy = _score(P, states[0])
+    best_ms, best_busy = score(P, states[0])
     for e in range(1, len(states)):
-        ms, busy = _score(P, states[e])
+        ms, busy = score(P, states[e])
         if ms < best_ms or (ms == best_ms and busy < best_busy):
             best, best_ms, best_busy = e, ms, busy
     return orders[best]

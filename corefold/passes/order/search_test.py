@@ -1,4 +1,5 @@
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -7,17 +8,19 @@ from hypothesis import strategies as st
 
 from corefold.ir import parse, verify
 from corefold.passes.order import (
+    DEFAULT,
     FAST,
+    SEED,
+    OrderPass,
     OrderSettings,
     baseline_orders,
     build_problem,
-    lower_bound,
     order_graph,
     schedule,
     segments,
     simulate,
 )
-from corefold.passes.order.random_network import random_network
+from corefold.passes.order.random_network import random_mixed_network, random_network
 from corefold.passes.order.simulator import copy_state, initial_state
 from corefold.target import load_target
 from corefold.target.load import parse_target
@@ -45,10 +48,9 @@ networks = st.builds(lambda n, seed, ctrl, ch: random_network(n, seed=seed, ctrl
 @settings(max_examples=25, deadline=None)
 def test_search_respects_every_edge_and_bounds(g):
     problem = build_problem(g, TARGET)
-    bound = lower_bound(problem, g)
-    for name, order in baseline_orders(problem).items():
-        assert simulate(problem, order) >= bound.value * (1 - 1e-12), name
     res = order_graph(g, TARGET, SMALL)
+    for name, order in baseline_orders(problem).items():
+        assert simulate(problem, order) >= res.bound.value * (1 - 1e-12), name
     verify(g)
     _respects_edges(g, g.nodes)
     assert res.makespan_after >= res.bound.value * (1 - 1e-12)
@@ -154,7 +156,8 @@ def _all_orders(problem):
 def test_search_is_deterministic_for_a_seed():
     a = random_network(30, seed=5, channels=16, size=8)
     b = random_network(30, seed=5, channels=16, size=8)
-    ra, rb = order_graph(a, TARGET, FAST), order_graph(b, TARGET, FAST)
+    quick = replace(FAST, budget_seconds=0.1)
+    ra, rb = order_graph(a, TARGET, quick), order_graph(b, TARGET, quick)
     assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
     assert ra.makespan_after == rb.makespan_after
 
@@ -213,3 +216,143 @@ def test_unpruned_dynamic_program_over_ideals_is_exact():
         best = min(simulate(problem, o) for o in orders)
         assert simulate(problem, order) == pytest.approx(best, rel=1e-12)
     assert choices
+
+
+# -- tests that guard SPEC M3's clauses (issue 10 item 6), each checked by mutation --------
+def _best_of_all_orders(g, target):
+    problem = build_problem(g, target)
+    return min(simulate(problem, o) for o in _all_orders(problem))
+
+
+ENUM_ONLY = OrderSettings(budget_seconds=0.0, exhaustive_limit=100_000, samples=0, beam_width=0,
+                          local_search=False)
+
+
+@pytest.mark.parametrize("seed", [3, 24, 46])
+def test_exhaustive_enumeration_per_segment_finds_the_optimum_the_baselines_miss(seed):
+    """SPEC M3 §4: a segment with few orders is enumerated, so the result is optimal.
+
+    On these graphs every baseline and every per-segment list schedule is worse than the
+    best of all orders (brute force), so only the enumeration can find it.
+
+    mutation: replaced ``if count <= settings.exhaustive_limit:`` in ``search_order`` with
+    ``if False:`` -> this test fails (seed 3: 1.081 us instead of the optimum 0.985 us).
+    """
+    g = random_mixed_network(6, seed=seed, channels=16, size=8)
+    best = _best_of_all_orders(g, TARGET)
+    no_enum = replace(ENUM_ONLY, exhaustive_limit=0)
+    assert order_graph(random_mixed_network(6, seed=seed, channels=16, size=8), TARGET,
+                       no_enum).makespan_after > best * (1 + 1e-6)
+    res = order_graph(g, TARGET, ENUM_ONLY)
+    assert min(res.baselines.values()) > best * (1 + 1e-6)
+    assert res.makespan_after == pytest.approx(best, rel=1e-12)
+    assert res.enumerated_segments >= 1
+
+
+def test_the_search_beats_every_baseline():
+    """SPEC M3 §4-6: the segment search (sampling, dynamic program, local search) finds a
+    faster order than the file order and every list-schedule baseline.
+
+    mutation: made ``search_order`` return ``file_order(problem)`` -> this test fails
+    (``order_graph`` then returns the best baseline); mutation: made ``order_graph``
+    reorder the graph in file order -> this test fails.
+    """
+    target = parse_target(BALANCED, "balanced")
+    g = random_network(12, seed=1, channels=32, size=14)
+    res = order_graph(g, target, OrderSettings(budget_seconds=0.05, exhaustive_limit=500, samples=8))
+    assert res.makespan_after < 0.99 * min(res.baselines.values())
+    assert res.makespan_after < 0.99 * res.makespan_before
+    fresh = build_problem(g, target)  # the written order is the one reported
+    assert simulate(fresh, np.arange(len(g))) == pytest.approx(res.makespan_after, rel=1e-12)
+
+
+def test_target_makespan_stops_the_search():
+    """The seed's stop rule [002 §76]: once an order reaches ``target_makespan`` the search
+    stops; a target nothing reaches leaves the result as without it.
+
+    mutation: removed the ``_reached`` check after the baselines in ``order_graph`` -> this
+    test fails (the search runs on and returns a faster order than the target asked).
+    """
+    target = parse_target(BALANCED, "balanced")
+    free = order_graph(random_network(12, seed=1, channels=32, size=14), target, SMALL)
+    base = min(free.baselines.values())
+    stop = order_graph(random_network(12, seed=1, channels=32, size=14), target,
+                       replace(SMALL, target_makespan=base * 1.001))
+    assert stop.reached_target and stop.makespan_after == base
+    unreachable = order_graph(random_network(12, seed=1, channels=32, size=14), target,
+                              replace(SMALL, target_makespan=free.bound.value * 0.5))
+    assert not unreachable.reached_target
+    assert unreachable.makespan_after == free.makespan_after
+    # reached in the middle of the search: stops at an order at most the target
+    between = (free.makespan_after + base) / 2
+    mid = order_graph(random_network(12, seed=1, channels=32, size=14), target,
+                      replace(SMALL, target_makespan=between))
+    assert mid.reached_target and free.makespan_after <= mid.makespan_after <= between
+
+
+def test_seed_preset_enumerates_or_samples_only():
+    """``--preset seed`` is SPEC M3 §4 literally: all orders of a small segment (optimal
+    there), random samples otherwise, no baselines in the result.
+
+    mutation: set ``baselines: True`` in the seed preset -> this test fails (the result
+    would never be worse than the best baseline).
+    """
+    g = random_mixed_network(6, seed=24, channels=16, size=8)
+    best = _best_of_all_orders(g, TARGET)
+    assert order_graph(g, TARGET, SEED).makespan_after == pytest.approx(best, rel=1e-12)
+    sampled = replace(SEED, exhaustive_limit=0, samples=2)
+    worse = [order_graph(random_network(20, seed=s, channels=16, size=8), TARGET, sampled, seed=s)
+             for s in range(4)]
+    assert any(r.makespan_after > min(r.baselines.values()) for r in worse)
+
+
+def test_settings_are_documented_and_checked():
+    from corefold.settings import SettingsError, override, undocumented_fields
+
+    assert undocumented_fields(OrderSettings) == []
+    assert {"fast", "strong", "seed"} <= set(OrderSettings.PRESETS)
+    s = override(DEFAULT, ["exhaustive_limit=7", "sampling=random", "target_makespan=0.001", "local_search=off"])
+    assert (s.exhaustive_limit, s.sampling, s.target_makespan, s.local_search) == (7, "random", 0.001, False)
+    for bad in (["samples=-1"], ["key_nodes_per_segment=0"], ["sampling=best"], ["budget_seconds=-2"]):
+        with pytest.raises(SettingsError):
+            override(DEFAULT, bad).checked()
+
+
+def test_order_pass_in_a_pipeline_keeps_outputs_bit_identical():
+    from corefold.passes.split import SplitPass
+    from corefold.pipeline import CompileContext, Pipeline
+
+    g = random_mixed_network(8, seed=2, channels=16, size=8)
+    ctx = CompileContext(target=TARGET, settings={"order": SMALL}, debug=True)
+    out = Pipeline([SplitPass(), OrderPass()]).run(g, ctx)
+    assert [name for name, _ in ctx.reports] == ["split", "order"]
+    report = ctx.reports[1][1]
+    assert report["makespan_after"] <= report["makespan_before"] and out.steps[1][1].modified == report["modified"]
+    assert ctx.data["order"].order == g.nodes
+
+
+BALANCED = """
+[target]
+name = "balanced"
+clock_mhz = 1000
+[mesh]
+width = 8
+height = 8
+[core]
+sram_kib = 65536
+sram_reserved_kib = 64
+[core.units.dma]
+count = 1
+bytes_per_cycle = 256
+[core.units.matrix]
+count = 1
+macs_per_cycle = 1024
+[core.units.vector]
+count = 2
+elements_per_cycle = 16
+[noc]
+link_bytes_per_cycle = 32
+[memory]
+dram_gbps = 256
+host_link_gbps = 8
+"""

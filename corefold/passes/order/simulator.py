@@ -195,7 +195,8 @@ def copy_state(state: tuple) -> tuple:
 
 
 @njit(cache=True, inline="always")
-def _earliest(free, first, count):
+def earliest_slot(free, first, count):
+    """The unit slot of ``[first, first + count)`` that is free first (lowest index on ties)."""
     best = first
     for s in range(first + 1, first + count):
         if free[s] < free[best]:
@@ -204,7 +205,7 @@ def _earliest(free, first, count):
 
 
 @njit(cache=True)
-def _flush(P, S, prec):
+def flush_store(P, S, prec):
     """Put the pending store (of the operator issued last) on the earliest free DMA unit."""
     kind_first, kind_count = P[14], P[15]
     out_ptr, out_val = P[6], P[7]
@@ -212,7 +213,7 @@ def _flush(P, S, prec):
     op = int(scal[4])
     if op < 0:
         return
-    slot = _earliest(free, kind_first[0], kind_count[0])
+    slot = earliest_slot(free, kind_first[0], kind_count[0])
     start = max(free[slot], scal[3])
     fin = start + scal[2]
     free[slot] = fin
@@ -229,7 +230,14 @@ def _flush(P, S, prec):
 
 
 @njit(cache=True)
-def _step(P, S, i, rec, prec):
+def step(P, S, i, rec, prec):
+    """Issue node ``i`` in state ``S`` (in place): its load, the previous operator's pending
+    store, its compute, its outputs' residency (the module docstring's equations).
+
+    ``rec`` receives ``i``'s (compute slot, start, end, load slot, load start, load end);
+    ``prec[6:9]`` the previous operator's (store slot, start, end) when its store is placed
+    here. O(deg(i)) plus O(units of a kind).
+    """
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
      ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
     free, ready, resident, remaining, end, scal = S
@@ -237,7 +245,7 @@ def _step(P, S, i, rec, prec):
     for k in range(in_ptr[i], in_ptr[i + 1]):
         v = in_val[k]
         if resident[v] == 2 and ready[v] < 0.0:
-            _flush(P, S, prec)
+            flush_store(P, S, prec)
             break
     # inputs: resident ones are ready on chip; spilled ones and external data are loaded
     t_data = 0.0
@@ -258,7 +266,7 @@ def _step(P, S, i, rec, prec):
     ld_slot = -1
     ld_start = 0.0
     if load > 0.0:
-        ld_slot = _earliest(free, kind_first[0], kind_count[0])
+        ld_slot = earliest_slot(free, kind_first[0], kind_count[0])
         ld_start = max(free[ld_slot], load_after)
         free[ld_slot] = ld_start + load
         if free[ld_slot] > t_data:
@@ -266,9 +274,9 @@ def _step(P, S, i, rec, prec):
         if free[ld_slot] > scal[1]:
             scal[1] = free[ld_slot]
     # the previous operator's store goes after this prefetch
-    _flush(P, S, prec)
+    flush_store(P, S, prec)
     u = kind[i]
-    slot = _earliest(free, kind_first[u], kind_count[u])
+    slot = earliest_slot(free, kind_first[u], kind_count[u])
     start = max(t_data, free[slot])
     fin = start + duration[i]
     free[slot] = fin
@@ -311,39 +319,41 @@ def _step(P, S, i, rec, prec):
 
 
 @njit(cache=True)
-def _makespan(P, S):
+def makespan_so_far(P, S):
     """Makespan so far, counting the pending store as if placed now."""
     free, scal = S[0], S[5]
     if scal[4] < 0:
         return scal[1]
-    slot = _earliest(free, P[14][0], P[15][0])
+    slot = earliest_slot(free, P[14][0], P[15][0])
     return max(scal[1], max(free[slot], scal[3]) + scal[2])
 
 
 @njit(cache=True)
-def _run(P, S, order):
+def run_order(P, S, order):
+    """Issue every node of ``order`` from state ``S`` (in place); return the makespan so far."""
     rec = np.zeros(9)
     prec = np.zeros(9)
     for i in order:
-        _step(P, S, i, rec, prec)
-    return _makespan(P, S)
+        step(P, S, i, rec, prec)
+    return makespan_so_far(P, S)
 
 
 @njit(cache=True)
-def _run_recorded(P, S, order, out):
+def run_recorded(P, S, order, out):
+    """:func:`run_order` recording each node's tasks in the rows of ``out`` (see :func:`step`)."""
     dummy = np.zeros(9)
     for j in range(order.shape[0]):
-        _step(P, S, order[j], out[j], out[j - 1] if j > 0 else dummy)
+        step(P, S, order[j], out[j], out[j - 1] if j > 0 else dummy)
     if order.shape[0]:
-        _flush(P, S, out[order.shape[0] - 1])
+        flush_store(P, S, out[order.shape[0] - 1])
     return S[5][1]
 
 
 @njit(cache=True)
-def _score(P, S):
+def score(P, S):
     """(makespan, mean busy-until): the second breaks ties in favour of freer units."""
     free = S[0]
-    return _makespan(P, S), free.sum() / free.shape[0]
+    return makespan_so_far(P, S), free.sum() / free.shape[0]
 
 
 @njit(cache=True)
@@ -354,8 +364,8 @@ def evaluate_batch(P, S0, orders):
     busy = np.empty(m)
     for r in range(m):
         S = (S0[0].copy(), S0[1].copy(), S0[2].copy(), S0[3].copy(), S0[4].copy(), S0[5].copy())
-        _run(P, S, orders[r])
-        ms[r], busy[r] = _score(P, S)
+        run_order(P, S, orders[r])
+        ms[r], busy[r] = score(P, S)
     return ms, busy
 
 
@@ -364,7 +374,7 @@ def simulate(problem: ScheduleProblem, order: np.ndarray | list, state: tuple | 
     in place, and return the makespan so far. O(len(order) + its edges)."""
     if state is None:
         state = initial_state(problem)
-    return float(_run(problem.arrays, state, np.asarray(order, np.int64)))
+    return float(run_order(problem.arrays, state, np.asarray(order, np.int64)))
 
 
 @dataclass(frozen=True)
@@ -405,7 +415,7 @@ def schedule(problem: ScheduleProblem, order: list[Node] | np.ndarray) -> Schedu
     idx = np.asarray(order, np.int64)
     check_order(problem, idx)
     rec = np.zeros((len(idx), 9))
-    makespan = float(_run_recorded(problem.arrays, initial_state(problem), idx, rec))
+    makespan = float(run_recorded(problem.arrays, initial_state(problem), idx, rec))
     tasks = []
     for j, i in enumerate(idx):
         name = problem.nodes[i].name

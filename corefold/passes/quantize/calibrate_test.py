@@ -3,12 +3,8 @@ import pytest
 
 from corefold.errors import DataError
 from corefold.ir import parse
-from corefold.passes.quantize.calibrate import (
-    RunningHistogram,
-    TensorStats,
-    clip_magnitude,
-    load_calibration,
-)
+from corefold.passes.quantize.calibrate import RunningHistogram, TensorStats, load_calibration
+from corefold.passes.quantize.params import clip_magnitude, histogram_percentile
 
 
 def test_histogram_streaming_matches_one_shot():
@@ -22,7 +18,7 @@ def test_histogram_streaming_matches_one_shot():
     ref, _ = np.histogram(allx, bins=256, range=(0, h.top))
     # merged bins are exact except values on a bin edge
     assert np.abs(ref - h.counts).sum() <= 4
-    assert abs(h.percentile(50) - np.percentile(allx, 50)) <= 2 * h.top / 256
+    assert abs(histogram_percentile(h, 50) - np.percentile(allx, 50)) <= 2 * h.top / 256
 
 
 def test_mse_clips_outliers():
@@ -57,3 +53,32 @@ def test_calibration_data_checks(tmp_path):
     np.savez(tmp_path / "miss.npz", z=np.zeros((5, 3), np.float32))
     with pytest.raises(DataError, match="no array for input 'x'"):
         load_calibration(tmp_path / "miss.npz", g)
+
+
+STATEFUL = """graph vad opset 21
+input x: float32[1, 4]
+input state: float32[2, 1, 4]
+node add = Add(x, state) -> (y: float32[2, 1, 4])
+output y
+"""
+
+
+def test_inputs_with_different_leading_dimensions_are_batched_by_their_own(tmp_path):
+    """Silero VAD's audio is [1, 512] and its LSTM state [2, 1, 128]: a batch of the model
+    takes one row of the audio and two of the state, so 3 batches are 3 + 6 rows (this was
+    refused as "disagree on the number of samples")."""
+    g = parse(STATEFUL)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    state = -np.arange(24, dtype=np.float32).reshape(6, 1, 4)
+    np.savez(tmp_path / "c.npz", x=x, state=state)
+    data = load_calibration(tmp_path / "c.npz", g)
+    assert data.num_batches == 3 and data.num_samples == 3
+    batches = list(data.batches())
+    assert len(batches) == 3
+    for j, feeds in enumerate(batches):
+        np.testing.assert_array_equal(feeds["x"], x[j:j + 1])
+        np.testing.assert_array_equal(feeds["state"], state[2 * j:2 * j + 2])
+    assert len(list(data.batches(limit=2))) == 2
+    np.savez(tmp_path / "odd.npz", x=x, state=state[:4])
+    with pytest.raises(DataError, match=r"disagree on the number of batches: 3 for 'x', 2 for 'state' \(4 rows of 2\)"):
+        load_calibration(tmp_path / "odd.npz", g)

@@ -26,16 +26,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from corefold import ops
 from corefold.errors import UnsupportedOpError
-from corefold.executor.registry import load_all
-from corefold.executor.run import check_feeds
+from corefold.executor import Interpreter
 from corefold.ir import Graph, Node, Value
 
-#: ops whose integer form is the same op on the integers (then a rescale)
-_INTEGER_LAYOUT = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "MaxPool",
-                   "GlobalMaxPool", "Slice", "Gather", "Expand", "Tile", "DepthToSpace", "SpaceToDepth",
-                   "Relu", "Concat", "Pad", "Resize"}
-_INTEGER_OPS = {"Conv", "MatMul", "Gemm", "Add", "Sub", "Mul", "AveragePool", "GlobalAveragePool"} | _INTEGER_LAYOUT
+
+def integer_kind(node: Node) -> str | None:
+    """The operator table's integer kernel kind of ``node`` (``linear``, ``add``, ``mul``,
+    ``average``, ``layout``) or None: it runs in float between its DQ and Q."""
+    q = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").quant
+    return q.integer if isinstance(q, ops.Quant) else None
 
 
 @dataclass
@@ -104,15 +105,16 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: 
     return np.clip(y + zp, lo, hi).astype(dtype)
 
 
-class IntegerRunner:
-    """Runs a QDQ graph with integer kernels where the pattern allows (module docstring).
+class IntegerRunner(Interpreter):
+    """Runs a QDQ graph with integer kernels where the pattern allows (module docstring):
+    the one interpreter, computing the planned QuantizeLinear nodes from integers and
+    skipping the float nodes only they read.
 
     ``integer_nodes`` lists the Q nodes computed in integers after construction.
     """
 
     def __init__(self, graph: Graph):
-        self.graph = graph
-        self.kernels = load_all()
+        super().__init__(graph)
         self.plan: dict[Node, tuple[Node, Node | None]] = {}
         for q in graph.nodes:
             if q.op_type != "QuantizeLinear":
@@ -121,14 +123,16 @@ class IntegerRunner:
             act = None
             if src is not None and src.op_type in ("Relu", "Clip"):
                 inner = src.inputs[0].producer
-                if (inner is not None and inner.op_type in ("Conv", "MatMul", "Gemm", "Add")
+                if (inner is not None and integer_kind(inner) in ("linear", "add")
                         and len(src.inputs[0].consumers()) == 1 and self._clip_is_relu(src)):
                     act, src = src, inner
-            if src is None or src.op_type not in _INTEGER_OPS or src.domain:
+            kind = integer_kind(src) if src is not None else None
+            if kind is None:
                 continue
             floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
             if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
-                if src.op_type in _INTEGER_LAYOUT and src.op_type not in ("Concat", "Relu") and len(floats) != 1:
+                if kind == "layout" and not ops.get(src.op_type).quant.ties_inputs and src.op_type != "Relu" \
+                        and len(floats) != 1:
                     continue
                 self.plan[q] = (src, act)
         self.integer_nodes = [q.name for q in self.plan]
@@ -151,18 +155,18 @@ class IntegerRunner:
 
     def _qin(self, v: Value, env: dict[str, np.ndarray]) -> _QIn:
         dq = v.producer
-        q = env[dq.inputs[0].name]
-        scale = np.asarray(env[dq.inputs[1].name], np.float64)
+        q = env[dq.inputs[0]]
+        scale = np.asarray(env[dq.inputs[1]], np.float64)
         axis = int(dq.attrs.get("axis", 1)) if scale.ndim else None
         qi = q.astype(np.int64)
         if len(dq.inputs) > 2 and dq.inputs[2] is not None:
-            z = np.asarray(env[dq.inputs[2].name]).astype(np.int64)
+            z = np.asarray(env[dq.inputs[2]]).astype(np.int64)
             qi = qi - (_axis_shape(z, qi.ndim, axis) if axis is not None else z)
         return _QIn(qi, scale, axis)
 
     def _integer(self, q: Node, src: Node, act: Node | None, env: dict[str, np.ndarray]) -> np.ndarray:
-        ys = np.asarray(env[q.inputs[1].name], np.float64)
-        zy_arr = env[q.inputs[2].name] if len(q.inputs) > 2 and q.inputs[2] is not None else np.zeros((), np.uint8)
+        ys = np.asarray(env[q.inputs[1]], np.float64)
+        zy_arr = env[q.inputs[2]] if len(q.inputs) > 2 and q.inputs[2] is not None else np.zeros((), np.uint8)
         if ys.ndim:
             raise UnsupportedOpError(f"per-axis activation scale on '{q.name}'")
         zy = np.asarray(zy_arr).astype(np.int64)
@@ -170,7 +174,7 @@ class IntegerRunner:
         relu = act is not None
         op = src.op_type
         ins = [self._qin(v, env) if v is not None and np.issubdtype(v.dtype, np.floating) else
-               (env[v.name] if v is not None else None) for v in src.inputs]
+               (env[v] if v is not None else None) for v in src.inputs]
         if op == "Conv":
             x, w = ins[0], ins[1]
             acc = conv_integer(x.q, w.q, src.attrs)
@@ -221,12 +225,12 @@ class IntegerRunner:
                 return _requantize(acc, x.scale / (ys * count), zy, dtype, relu)
             # integer sums are exact in float64; the kernel's division by the count is the
             # one rescale folded into the multiplier
-            avg = self.kernels[op](src.attrs, [x.q.astype(np.float64)])[0]
+            avg = ops.get(op).kernel(src.attrs, [x.q.astype(np.float64)])[0]
             return _requantize(avg, x.scale / ys, zy, dtype, relu)
         # layout ops and Relu/Concat: on the integers, rescaled to the output scale
         if op == "Concat":
             parts = [np.rint(v.q * (v.scale / ys)) for v in ins]
-            y = self.kernels[op](src.attrs, [p.astype(np.float64) for p in parts])[0]
+            y = ops.get(op).kernel(src.attrs, [p.astype(np.float64) for p in parts])[0]
             return _requantize(y, np.float64(1.0), zy, dtype, relu)
         x = ins[0]
         if x.axis is not None:
@@ -234,7 +238,7 @@ class IntegerRunner:
         rest = [a if not isinstance(a, _QIn) else None for a in ins[1:]]
         if op == "Pad" and len(src.inputs) > 2 and src.inputs[2] is not None and isinstance(ins[2], _QIn):
             rest[1] = np.asarray(0.0)  # pad value is quantized separately; a zero-point-free 0
-        y = self.kernels[op](src.attrs, [x.q.astype(np.float64)] + rest)[0]
+        y = ops.get(op).kernel(src.attrs, [x.q.astype(np.float64)] + rest)[0]
         return _requantize(y, x.scale / ys, zy, dtype, relu)
 
     def _bias(self, b, mult: np.ndarray, ndim: int, axis: int) -> np.ndarray:
@@ -249,26 +253,26 @@ class IntegerRunner:
             bi = np.rint(np.asarray(b, np.float64) / mult).astype(np.int64)
         return _axis_shape(bi, ndim, axis) if axis == 1 else bi
 
+    def on_value(self, value: Value, array: np.ndarray) -> np.ndarray:
+        self._env[value] = array
+        return array
+
+    def skips(self, index: int, node: Node) -> bool:
+        return node in self.skip
+
+    def run_node(self, index: int, node: Node) -> list:
+        if node in self.plan:
+            src, act = self.plan[node]
+            return [self._integer(node, src, act, self._env)]
+        return super().run_node(index, node)
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The graph outputs by name (the executor's feed checks apply)."""
-        check_feeds(self.graph, feeds)
-        env: dict[str, np.ndarray] = {v.name: feeds[v.name] for v in self.graph.inputs}
-        for v in self.graph.constants.values():
-            env[v.name] = v.const
-        for n in self.graph.topological_order():
-            if n in self.skip:
-                continue
-            if n in self.plan:
-                src, act = self.plan[n]
-                env[n.outputs[0].name] = self._integer(n, src, act, env)
-                continue
-            fn = self.kernels.get(n.op_type)
-            if fn is None:
-                raise UnsupportedOpError(f"node '{n.name}': no kernel for operator {n.op_type}")
-            res = fn(n.attrs, [env[v.name] if v is not None else None for v in n.inputs])
-            for v, r in zip(n.outputs, res, strict=False):
-                env[v.name] = r
-        return {v.name: env[v.name] for v in self.graph.outputs}
+        self._env: dict[Value, np.ndarray] = {}
+        try:
+            return super().run(feeds)
+        finally:
+            self._env = {}
 
 
 def run_integer(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

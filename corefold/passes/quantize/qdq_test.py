@@ -105,7 +105,9 @@ def test_matmul_graph(tmp_path):
     text = MATMUL.format(w=f(rng.standard_normal((8, 6))), bias=f(rng.standard_normal(6)))
     graph = parse(text)
     ref_graph = parse(text)
-    res = quantize_graph(graph, _calib(tmp_path, graph, rng), QuantizeSettings(calibration="minmax", quantize_outputs=True),
+    # the seed's fusion only, so the MatMul's output is stored and computed on integers
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng),
+                         QuantizeSettings(calibration="minmax", quantize_outputs=True, fuse_activations=False),
                          progress=False)
     assert res.plan["w"].axis == 1
     sess = _ort(graph)
@@ -141,3 +143,33 @@ def test_unsigned_rule_beats_symmetric_on_relu(tmp_path):
         results[unsigned] = sqnr_db([y for r in ref for y in r], [y for f in xs for y in simulate(g2, only, f)])
     # twice the levels on a non-negative tensor: about 6 dB
     assert results[True] > results[False] + 5
+
+
+def test_a_constant_holding_infinity_is_read_float(tmp_path):
+    """Magika (JAX -> tf2onnx) computes its softmax's shift as ``Max(-inf, ReduceMax(z))``:
+    the -inf constant has no scale (it was quantized with scale inf, and every output became
+    NaN-free garbage at -20 dB SQNR). It stays float; the rest is quantized and ORT runs it."""
+    rng = np.random.default_rng(3)
+    f = lambda a: json.dumps([round(float(v), 4) for v in a.ravel()])  # noqa: E731
+    text = f"""graph softmax opset 21
+input x: float32[1, 8]
+const w: float32[8, 6] = {f(rng.standard_normal((8, 6)))}
+const ninf: float32[] = [-1e999]
+const ax: int64[1] = [1]
+node mm = MatMul(x, w) -> (z: float32[1, 6])
+node top = ReduceMax(z, ax) attrs {{"keepdims": 1}} -> (r: float32[1, 1])
+node shift = Max(ninf, r) -> (m: float32[1, 1])
+node sub = Sub(z, m) -> (d: float32[1, 6])
+node exp = Exp(d) -> (y: float32[1, 6])
+output y
+"""
+    graph, ref_graph = parse(text), parse(text)
+    assert np.isneginf(graph.value("ninf").const).all()
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng), QuantizeSettings(quantize_outputs=True),
+                         progress=False)
+    assert "ninf" not in res.plan and "w" in res.plan and "z" in res.plan
+    sess = _ort(graph)
+    feeds = {"x": rng.standard_normal((1, 8)).astype(np.float32)}
+    want = sess.run(None, feeds)[0]
+    assert np.isfinite(want).all()
+    assert _sqnr(run(ref_graph, feeds)["y"], want) > 25

@@ -13,58 +13,28 @@ A forward pass over the graph in topological order gives every float value an in
   -> non-negative; Max with any non-negative input -> non-negative;
 * a constant -> its exact [min, max].
 
-O(V + E). Only the lower bound decides the mode; the upper bound is reported.
+The rules are the operator table's ``quant.range`` facets (``corefold/ops/defs/``); this
+module walks the graph. O(V + E). Only the lower bound decides the mode; the upper bound
+is reported.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
+from corefold import ops
 from corefold.ir import Graph, Node, Value
+from corefold.ops import NON_NEGATIVE, UNKNOWN, Interval
+
+__all__ = ["Interval", "UNKNOWN", "NON_NEGATIVE", "static_ranges", "non_negative_values", "node_interval"]
 
 
-class Interval(NamedTuple):
-    lo: float | None
-    hi: float | None
-
-    @property
-    def non_negative(self) -> bool:
-        return self.lo is not None and self.lo >= 0
-
-
-UNKNOWN = Interval(None, None)
-NON_NEGATIVE = Interval(0.0, None)
-
-_NONNEG_OUTPUT = {"Relu": NON_NEGATIVE, "Sigmoid": Interval(0.0, 1.0), "Softmax": Interval(0.0, 1.0),
-                  "Abs": NON_NEGATIVE, "Exp": NON_NEGATIVE, "Sqrt": NON_NEGATIVE, "HardSigmoid": Interval(0.0, 1.0),
-                  "Softplus": NON_NEGATIVE, "ReduceL2": NON_NEGATIVE, "ReduceSumSquare": NON_NEGATIVE}
-#: ops whose (first-input) output is non-negative when every data input is
-_ALL_NONNEG = {"Concat", "Add", "Mul", "Div", "Min", "Sum", "Mean", "MaxPool", "AveragePool",
-               "GlobalAveragePool", "GlobalMaxPool", "Resize", "Upsample", "Reshape", "Transpose",
-               "Flatten", "Squeeze", "Unsqueeze", "Identity", "Slice", "Split", "Expand", "Tile",
-               "DepthToSpace", "SpaceToDepth", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum",
-               "Dropout", "LpPool", "Pow"}
-#: ops whose data is their first input only (the others are indices / shapes / sizes)
-_FIRST_INPUT_ONLY = {"Reshape", "Slice", "Split", "Expand", "Tile", "Resize", "Upsample", "Squeeze",
-                     "Unsqueeze", "Gather", "GatherElements", "GatherND", "Pad", "ReduceMax", "ReduceMin",
-                     "ReduceMean", "ReduceSum", "Dropout", "Pow"}
-_FUSABLE = {"Conv", "ConvTranspose", "FusedConv", "BatchNormalization", "InstanceNormalization",
-            "LayerNormalization", "GroupNormalization", "Gemm", "MatMul", "FusedGemm"}
-
-
-def _const_scalar(v: Value | None) -> float | None:
-    if v is None or v.const is None or v.const.size != 1:
-        return None
-    return float(np.asarray(v.const, dtype=np.float64).reshape(-1)[0])
-
-
-def _activation_interval(name: str, params: list[float] | None) -> Interval | None:
+def _activation_interval(name, params) -> Interval | None:
+    """The range of a fused ``activation`` attribute (as FusedConv writes it)."""
     name = name.decode() if isinstance(name, bytes) else str(name)
     if name == "Relu":
         return NON_NEGATIVE
-    if name in ("Relu6",):
+    if name == "Relu6":
         return Interval(0.0, 6.0)
     if name == "Clip" and params and len(params) >= 2:
         return Interval(float(params[0]), float(params[1]))
@@ -73,51 +43,29 @@ def _activation_interval(name: str, params: list[float] | None) -> Interval | No
     return None
 
 
-def _node_interval(node: Node, ranges: dict[Value, Interval]) -> Interval:
-    op = node.op_type
-    ins = node.inputs
-
-    def rng(v: Value | None) -> Interval:
-        return UNKNOWN if v is None else ranges.get(v, UNKNOWN)
-
-    if op in _NONNEG_OUTPUT:
-        return _NONNEG_OUTPUT[op]
-    if op == "Clip":
-        lo = _const_scalar(ins[1]) if len(ins) > 1 else None
-        hi = _const_scalar(ins[2]) if len(ins) > 2 else None
-        lo = lo if lo is not None else node.attrs.get("min")
-        hi = hi if hi is not None else node.attrs.get("max")
-        src = rng(ins[0])
-        if lo is None and src.lo is not None:
-            lo = src.lo
-        return Interval(None if lo is None else float(lo), None if hi is None else float(hi))
-    if op in _FUSABLE and "activation" in node.attrs:
+def node_interval(node: Node, ranges: dict[Value, Interval]) -> Interval:
+    """Output 0's interval from the operator table's range rule (``quant.range``); a
+    fusing operator with an ``activation`` attribute takes that activation's range; the
+    parameter inputs (shapes, indices, bounds) are not data and read as unknown."""
+    entry = ops.get(node.op_type, node.domain, where=f"node '{node.name}'")
+    q = entry.quant
+    if not isinstance(q, ops.Quant):
+        return UNKNOWN
+    if q.fuses_activation and "activation" in node.attrs:
         act = _activation_interval(node.attrs["activation"], node.attrs.get("activation_params"))
         if act is not None:
             return act
-    if op == "Max":
-        data = [rng(v) for v in ins if v is not None]
-        if any(r.non_negative for r in data):
-            return Interval(max(r.lo for r in data if r.lo is not None), None)
+    if q.range is None:
         return UNKNOWN
-    if op == "Pad":
-        value = _const_scalar(ins[2]) if len(ins) > 2 else 0.0
-        mode = node.attrs.get("mode", "constant")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        src = rng(ins[0])
-        if src.non_negative and (mode != "constant" or value is None or value >= 0):
-            return NON_NEGATIVE
-        return UNKNOWN
-    if op in ("Gather", "GatherElements", "GatherND"):
-        return rng(ins[0])
-    if op in _ALL_NONNEG:
-        data = ins[:1] if op in _FIRST_INPUT_ONLY else [v for v in ins if v is not None]
-        if op == "Pow":
-            data = ins[:1]
-        if data and all(rng(v).non_negative for v in data):
-            return NON_NEGATIVE
-        return UNKNOWN
-    return UNKNOWN
+    params = set(entry.param_inputs) if isinstance(entry.param_inputs, tuple) else set()
+    rngs = [None if (v is None or i in params) else ranges.get(v, UNKNOWN) for i, v in enumerate(node.inputs)]
+    consts = [None if v is None else v.const for v in node.inputs]
+    return q.range(node.attrs, rngs, consts)
+
+
+def _is_movement(node: Node) -> bool:
+    q = ops.get(node.op_type, node.domain).quant
+    return isinstance(q, ops.Quant) and q.role == ops.MOVEMENT
 
 
 def static_ranges(graph: Graph) -> dict[Value, Interval]:
@@ -132,10 +80,11 @@ def static_ranges(graph: Graph) -> dict[Value, Interval]:
         else:
             ranges[v] = UNKNOWN
     for node in graph.topological_order():
-        iv = _node_interval(node, ranges)
+        iv = node_interval(node, ranges)
+        shared = _is_movement(node)
         for i, out in enumerate(node.outputs):
-            # multi-output ops (Split) share the interval; others only output 0
-            ranges[out] = iv if (i == 0 or node.op_type == "Split") else UNKNOWN
+            # every output of a data-movement op (Split) holds input values; others: output 0
+            ranges[out] = iv if (i == 0 or shared) else UNKNOWN
     return ranges
 
 

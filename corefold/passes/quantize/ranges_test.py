@@ -16,7 +16,7 @@ node bad = Concat(r, c) attrs {"axis": 1} -> (cb: float32[1, 4, 4, 4])
 node add = Add(r, r6) -> (s: float32[1, 2, 4, 4])
 node pool = MaxPool(s) attrs {"kernel_shape": [2, 2]} -> (p: float32[1, 2, 3, 3])
 node mx = Max(c, r) -> (m: float32[1, 2, 4, 4])
-node fused = FusedConv(x, w) attrs {"activation": "Relu"} -> (f: float32[1, 2, 4, 4])
+node fused = com.microsoft::FusedConv(x, w) attrs {"activation": "Relu"} -> (f: float32[1, 2, 4, 4])
 output cc
 output cb
 output p

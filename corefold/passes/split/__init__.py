@@ -2,6 +2,14 @@
 ``split`` cuts operators until each fits a core's memory."""
 
 from corefold.passes.split.rules import SplitAxis, candidate_axes
-from corefold.passes.split.split import SplitResult, choose_split, split_graph, touched_bytes
+from corefold.passes.split.split import (
+    SplitPass,
+    SplitResult,
+    SplitSettings,
+    choose_split,
+    split_graph,
+    touched_bytes,
+)
 
-__all__ = ["split_graph", "SplitResult", "choose_split", "touched_bytes", "candidate_axes", "SplitAxis"]
+__all__ = ["split_graph", "SplitResult", "SplitPass", "SplitSettings", "choose_split", "touched_bytes",
+           "candidate_axes", "SplitAxis"]

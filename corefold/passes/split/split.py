@@ -22,12 +22,16 @@ floating-point additions. Cost: O(#pieces) node creations per split; O(V * piece
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from corefold.errors import CapacityError
+from corefold.errors import CapacityError, CorefoldError
 from corefold.ir import Graph, Node, Value
-from corefold.passes.split.rules import RULE_OPS, VIEW_OPS, SplitAxis, candidate_axes
+from corefold.ir.shapes import infer_node
+from corefold.passes.split.rules import SplitAxis, candidate_axes, has_rule, is_view
+from corefold.pipeline import CompileContext, Equivalence, PassResult
+from corefold.settings import SettingsError
 from corefold.target import Target
 
 JOIN_META = "split_join"
@@ -56,7 +60,7 @@ def touched_bytes(node: Node) -> int:
 
 def needs_fit(node: Node) -> bool:
     """False for shape-only views and the split pass's own joins, which move no core data."""
-    return node.op_type not in VIEW_OPS and not node.meta.get(JOIN_META)
+    return not is_view(node) and not node.meta.get(JOIN_META)
 
 
 def _ranges(extent: int, k: int) -> list[tuple[int, int]]:
@@ -96,7 +100,7 @@ def choose_split(node: Node, threshold: int, origin: str | None = None) -> tuple
     if origin and origin != node.name:
         who += f", piece '{node.name}',"
     if not axes:
-        why = (f"there is no split rule for {node.op_type}" if node.op_type not in RULE_OPS
+        why = (f"there is no split rule for {node.op_type}" if not has_rule(node)
                else "no dimension is left to cut")
         raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
                             f"bytes, and {why}")
@@ -140,9 +144,8 @@ class _Splitter:
                       for what, x in (("starts", start), ("ends", end), ("axes", axis))]
             node = g.make_node("Slice", [v] + consts, name=f"{v.name}_slice")
             node.meta[JOIN_META] = True
+            infer_node(node)
             out = node.outputs[0]
-            out.shape = tuple(end - start if a == axis else d for a, d in enumerate(v.shape))
-            out.dtype = v.dtype
         self.slices[key] = out
         return out
 
@@ -173,12 +176,7 @@ class _Splitter:
             names = [f"{o.name}_part{j}" for o in node.outputs]
             piece = g.make_node(node.op_type, ins, attrs, num_outputs=len(names), name=f"{node.name}_part{j}",
                                 output_names=names, domain=node.domain)
-            for o, po in zip(node.outputs, piece.outputs, strict=False):
-                po.dtype = o.dtype
-                po.shape = o.shape
-                if ax.output is not None:
-                    a, sc = ax.output
-                    po.shape = tuple((e - s) * sc if d == a else x for d, x in enumerate(o.shape))
+            infer_node(piece)
             pieces.append(piece)
         # move the original outputs onto the joins, so value names and graph outputs stay
         ctrl_preds, ctrl_succs = list(node.control_preds), list(node.control_succs)
@@ -211,14 +209,17 @@ class _Splitter:
         return new
 
 
-def split_graph(graph: Graph, target: Target, threshold: int | None = None) -> SplitResult:
+def split_graph(graph: Graph, target: Target | None, threshold: int | None = None) -> SplitResult:
     """Cut every operator of ``graph`` (in place) until each fits ``threshold`` bytes
-    (default ``target.core_memory_threshold``); new nodes take their original's place in
-    the file order.
+    (default ``target.core_memory_threshold``; ``target`` may be None when ``threshold``
+    is given); new nodes take their original's place in the file order.
 
     Raises:
         CapacityError: an operator cannot fit at any split (naming it and its bytes).
+        ValueError: neither ``target`` nor ``threshold``.
     """
+    if threshold is None and target is None:
+        raise ValueError("split_graph needs a target or a threshold")
     limit = target.core_memory_threshold if threshold is None else threshold
     splitter = _Splitter(graph)
     result = SplitResult(graph, False)
@@ -262,3 +263,63 @@ def _drop_replaced_constants(graph: Graph, names: dict[str, None]) -> None:
         # NOTE: Graph.remove_unused_constants would also drop constants the user left unused
         for k in doomed:
             graph.remove_constant(k)
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """Settings of operator splitting; ``--set NAME=VALUE`` reaches every one.
+
+    Splitting has no effort trade-off, so every preset (``fast``, ``default``, ``strong``)
+    is the same; the seed's threshold is "the memory size, or the memory size minus a
+    buffer" [002 §89], which the target's ``sram_kib`` and ``sram_reserved_kib`` give.
+
+    Attributes:
+        threshold: bytes an operator may touch (distinct inputs, weights and outputs);
+            None takes the target's core memory threshold (SRAM minus the reserved buffer).
+    """
+
+    threshold: int | None = None
+
+    #: Field values that differ from the defaults, per preset (see corefold.settings).
+    PRESETS: ClassVar[dict[str, dict]] = {"fast": {}, "strong": {}}
+
+    def checked(self) -> "SplitSettings":
+        """Return self after validation.
+
+        Raises:
+            SettingsError: a threshold that is not positive.
+        """
+        if self.threshold is not None and self.threshold <= 0:
+            raise SettingsError(f"split setting threshold must be a positive number of bytes, got {self.threshold}")
+        return self
+
+
+class SplitPass:
+    """SPEC M3 §7's operator splitting as a pipeline pass (:mod:`corefold.pipeline`).
+
+    Reads ``ctx.target`` (for the default threshold) and its :class:`SplitSettings`;
+    splits the graph in place. Batch and output-channel splits are bit-identical;
+    input-channel splits add partial sums in another order, hence ``close`` (rtol 1e-5).
+    The report names the threshold and the pieces per split operator.
+    """
+
+    name: ClassVar[str] = "split"
+    settings_class: ClassVar[type] = SplitSettings
+    equivalence = Equivalence("close", rtol=1e-5)
+
+    def run(self, graph: Graph, ctx: CompileContext) -> PassResult:
+        """Split ``graph``.
+
+        Raises:
+            CorefoldError: neither a threshold nor a target.
+            SettingsError: a threshold that is not positive.
+            CapacityError: an operator cannot fit at any split.
+        """
+        settings = ctx.settings_for(self).checked()
+        if settings.threshold is None and ctx.target is None:
+            raise CorefoldError("the split pass needs a target or a threshold")
+        before = len(graph)
+        res = split_graph(graph, ctx.target, settings.threshold)
+        limit = ctx.target.core_memory_threshold if settings.threshold is None else settings.threshold
+        return PassResult(graph, res.modified, {"threshold": limit, "splits": dict(res.splits),
+                                                "nodes_before": before, "nodes_after": len(graph)})

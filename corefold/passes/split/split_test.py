@@ -72,7 +72,12 @@ def test_split_fits_every_op_and_keeps_outputs(threshold):
         np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-5)
 
 
-def test_batch_and_output_channel_splits_are_bit_identical():
+def test_batch_and_output_channel_splits_need_no_partial_sums():
+    """Cutting batch or output channels computes each output element from the same products
+    as the whole operator. The results agree to float32 reassociation only, not bit for bit:
+    BLAS blocks the inner dimension differently for a smaller M or N, and which kernel it
+    picks depends on the CPU (OpenBLAS's SkylakeX kernels differed by 3e-6 relative on an
+    AVX-512 EPYC, Prescott's by 4e-6 here). Hence rtol 1e-5."""
     g = parse(NET)
     _random_weights(g)
     feeds = random_inputs(g, 0)
@@ -82,7 +87,7 @@ def test_batch_and_output_channel_splits_are_bit_identical():
     assert res.splits["conv"] >= 2
     out = run(g, feeds)
     for k in ref:
-        np.testing.assert_array_equal(out[k], ref[k])
+        np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-6)
 
 
 def test_nothing_to_split_changes_nothing():
@@ -92,14 +97,19 @@ def test_nothing_to_split_changes_nothing():
     assert not res.modified and [n.name for n in g.nodes] == before
 
 
-def test_an_op_that_cannot_fit_names_itself_and_its_bytes():
+def test_an_op_that_cannot_fit_names_itself_and_its_bytes(monkeypatch):
+    import dataclasses
+
+    from corefold import ops
+    from corefold.ops.registry import TABLE
+
     g = parse(NET)
     with pytest.raises(CapacityError, match=r"node 'conv' \(Conv\), piece 'conv_part[0-9_part]*', touches \d+ "
                                             r"bytes, above the core memory threshold of 100 bytes"):
         split_graph(g, TARGET, threshold=100)
     g = parse(NET)
-    g.node("soft").op_type = "TopK"  # no rule
-    with pytest.raises(CapacityError, match="no split rule for TopK"):
+    monkeypatch.setitem(TABLE, ("", "Softmax"), dataclasses.replace(ops.get("Softmax"), split=ops.NONE))
+    with pytest.raises(CapacityError, match="no split rule for Softmax"):
         split_graph(g, TARGET, threshold=9_000)
 
 
@@ -132,8 +142,8 @@ node lrn = LRN(g) attrs {"size": 3} -> (l: float32[2, 8, 8, 8])
 node avg = AveragePool(l) attrs {"kernel_shape": [2, 2], "strides": [2, 2]} -> (a: float32[2, 8, 4, 4])
 node rs = Resize(a, _, sc) attrs {"mode": "nearest"} -> (r: float32[2, 8, 8, 8])
 node gap = GlobalAveragePool(r) -> (p: float32[2, 8, 1, 1])
-node flat = Flatten(r) attrs {"axis": 2} -> (f: float32[16, 8])
-node tr = Transpose(f) -> (t: float32[8, 16])
+node flat = Flatten(r) attrs {"axis": 2} -> (f: float32[16, 64])
+node tr = Transpose(f) -> (t: float32[64, 16])
 node fl2 = Reshape(t, shp) -> (t2: float32[24, 16, 1, 1])
 node mm3 = MatMul(u, mw) -> (m: float32[3, 4, 48])
 node soft = LogSoftmax(m) attrs {"axis": 1} -> (s: float32[3, 4, 48])
@@ -176,3 +186,39 @@ output y
     verify(g)
     assert res.splits["gemm"] >= 2 and any(n.op_type == "Sum" for n in g.nodes)
     np.testing.assert_allclose(run(g, feeds)["y"], ref["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_slices_split_on_the_axes_they_leave_whole():
+    """Magika (JAX -> tf2onnx) slices a [1, 1, 2048, 256] tensor over all four axes with
+    ends 1e9 (a no-op strided_slice) and its conv output to 1 on the last axis; both
+    exceeded a core and Slice had no split rule ("no split rule for Slice", exit 2). Each is
+    cut on an axis it leaves whole, never on one it cuts or reverses."""
+    g = parse("""\
+graph slices
+input x: float32[1, 1, 64, 256]
+input z: float32[2, 64, 40, 2]
+const st: int32[4] = [0, 0, 0, 0]
+const en: int32[4] = [1000000000, 1000000000, 1000000000, 1000000000]
+const ax: int32[4] = [0, 2, 1, 3]
+const sp: int32[4] = [1, 1, 1, 1]
+const st2: int64[2] = [0, -1]
+const en2: int64[2] = [1, -1000]
+const ax2: int64[2] = [3, 2]
+const sp2: int64[2] = [1, -1]
+node whole = Slice(x, st, en, ax, sp) -> (y: float32[1, 1, 64, 256])
+node last = Slice(z, st2, en2, ax2, sp2) -> (w: float32[2, 64, 40, 1])
+output y
+output w
+""")
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=40_000)
+    verify(g)
+    assert res.splits["whole"] >= 2 and res.splits["last"] >= 2
+    for n in g.nodes:
+        assert not needs_fit(n) or touched_bytes(n) <= 40_000, (n.name, touched_bytes(n))
+    pieces = [n for n in g.nodes if n.name.startswith("last_part")]
+    assert all(n.inputs[0].shape[2] == 40 and n.inputs[0].shape[3] == 2 for n in pieces)  # the reversed axis whole
+    out = run(g, feeds)
+    for k in ref:
+        np.testing.assert_array_equal(out[k], ref[k])

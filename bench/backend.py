@@ -1,0 +1,259 @@
+"""The backend and the simulator on real CNNs: simulated latency against the roofline, in one run.
+
+Models: torchvision ``mobilenet_v3_small``, ``efficientnet_b0`` and ``resnet18`` (random
+weights from ``torch.manual_seed(0)``, exported here with ``torch.onnx.export``: nothing is
+downloaded; needs the ``torch`` extra), the light Inception v1 and SqueezeNet of the onnx
+package, and the int8 version of each (corefold's quantizer, min/max calibration on 8
+seeded random inputs, nearest weight rounding). A float model whose lowering onto the 8x8
+``npu`` preset fails (its weights do not fit the cores' SRAM) is reported as such and runs
+in int8 only. Every row lowers with ``corefold.backend.lower`` (default settings) and
+simulates with ``corefold.sim.run_simulation``, and prints:
+
+* ``lat/roof``: simulated latency over the roofline bound (``roofline_s``; the binding
+  term in the next column); goal <= 1.5 on the 8x8 preset;
+* ``SRAM``: the largest per-core SRAM peak over the capacity, and the mean over the cores
+  used;
+* ``lower s``, ``sim s``: wall time of lowering (goal <= 20 s) and of the simulation;
+* ``err``: the simulation against the reference executor (float: max |error| / output
+  scale, must be <= 1e-5) or the integer runner (int8: max |error| in steps, must be 0);
+* below each row, where the time went: the busiest resources (busy time / latency) and
+  the critical path split by instruction kind;
+* ``naive x``: the speedup over the naive mapping, every operator on one core in file
+  order: the operators cut to fit the core (the split pass) and issued in file order on
+  that core's units by the M3 single-core simulator (``corefold.passes.order``), weights
+  streamed from DRAM (they cannot stay resident in one core's SRAM), divided by the
+  simulated latency; for int8 the same graph with one byte per element.
+
+Then int8 ResNet-50 (torchvision, random weights) on the ``npu-array`` preset (2x2 chips):
+its simulation wall time, goal <= 30 s.
+
+    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TORCHVISION = ("mobilenet_v3_small", "efficientnet_b0", "resnet18")
+LIGHT = {"inception_v1": "light_inception_v1.onnx", "squeezenet": "light_squeezenet.onnx"}
+GOAL_RATIO, GOAL_LOWER_S, GOAL_RESNET50_SIM_S = 1.5, 20.0, 30.0
+
+
+def export_torchvision(name: str, folder: Path) -> Path:
+    """``torchvision.models.<name>`` with seeded random weights, exported to ONNX (opset 17)."""
+    import torch
+    import torchvision
+
+    path = folder / f"{name}.onnx"
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(1, 3, 224, 224)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), opset_version=17, dynamo=False, input_names=["input"],
+                          output_names=["logits"])
+    return path
+
+
+def model_paths(names: list[str], folder: Path) -> dict[str, Path]:
+    import onnx
+
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    out = {}
+    for name in names:
+        out[name] = light / LIGHT[name] if name in LIGHT else export_torchvision(name, folder)
+    return out
+
+
+def quantized(graph, seed: int = 0):
+    """``graph`` quantized in place to int8 QDQ (min/max on 8 seeded inputs)."""
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = {v.name: rng.standard_normal((8,) + tuple(v.shape[1:])).astype(np.float32) for v in graph.inputs}
+        np.savez(Path(tmp) / "calib.npz", **arrays)
+        quantize_graph(graph, load_calibration(Path(tmp) / "calib.npz", graph),
+                       QuantizeSettings(calibration="minmax", weight_rounding="nearest", max_batches=8),
+                       progress=False)
+    return graph
+
+
+def naive_latency(float_graph, target, int8: bool) -> float:
+    """Every operator on one core, in file order (module docstring): the M3 single-core
+    simulator's makespan. For int8, the same float graph with every tensor at one byte per
+    element (cut to fit the core at that size), so that the naive mapping moves and keeps
+    what the int8 executable does, without the QDQ graph's dequantized float weights."""
+    from corefold.passes.order import baseline_orders, build_problem, simulate
+    from corefold.passes.split import split_graph
+
+    g = float_graph
+    split_graph(g, target, threshold=target.core_memory_threshold * (4 if int8 else 1))
+    if int8:
+        for v in g.values():
+            if v.dtype == np.float32:
+                v.dtype = np.dtype(np.int8)
+    problem = build_problem(g, target)
+    return float(simulate(problem, baseline_orders(problem)["file"]))
+
+
+def measure(name: str, graph, target, quantize: bool, feeds) -> dict:
+    """Lower, simulate, check; one row."""
+    from corefold.backend.lower import lower
+    from corefold.errors import CompileError
+    from corefold.executor import run
+    from corefold.sim import run_simulation
+
+    row: dict = {"model": name, "dtype": "int8" if quantize else "float32", "target": target.name}
+    t0 = time.perf_counter()
+    try:
+        exe = lower(graph, target)
+    except CompileError as exc:
+        row.update(lower_s=time.perf_counter() - t0, error=str(exc))
+        return row
+    row["lower_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sim = run_simulation(exe, feeds, target)
+    row["sim_s"] = time.perf_counter() - t0
+    r = sim.report
+    if quantize:
+        from corefold.passes.quantize.integer import IntegerRunner
+
+        want = IntegerRunner(graph).run(feeds)
+        steps = 0.0
+        for k, ref in want.items():
+            step = _output_step(graph, k)
+            steps = max(steps, float(np.abs(sim.outputs[k].astype(np.float64) - ref).max()) / step)
+        row["err"] = steps
+    else:
+        want = run(graph, feeds)
+        row["err"] = max(float(np.abs(sim.outputs[k] - ref).max()) / (float(np.abs(ref).max()) or 1.0)
+                         for k, ref in want.items())
+    used = [v for v in r.sram_peak_bytes if v]
+    row.update(latency_s=r.latency_s, roofline_s=r.roofline_s, ratio=r.latency_s / r.roofline_s,
+               binding=sim.roofline.binding, sram_peak=max(used) / r.sram_capacity_bytes,
+               sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
+               instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
+               dram_bytes=r.dram_bytes, explain=explain(sim))
+    return row
+
+
+def explain(sim) -> str:
+    """Where the run's time went: the three busiest resources during the run (busy / latency), the
+    critical path (walked back from the last instruction through the dependency that
+    finished last) split into service time per instruction kind and waiting for a busy
+    resource. O(T + S)."""
+    tl, eng = sim.timed.timeline, sim.timed.engine
+    lat = sim.report.latency_s
+    lo, hi = sim.timed.run_start, sim.timed.run_end  # the run only: not the weight loading
+    spans = np.clip(tl.stage_end, lo, hi) - np.clip(tl.stage_start, lo, hi)
+    busy = np.bincount(tl.stage_resource, weights=spans, minlength=len(eng.resources))
+    top = np.argsort(-busy)[:3]
+    parts = [f"{eng.resources[r].name} {busy[r] / lat:.2f}" for r in top]
+    preds: list[list[int]] = [[] for _ in eng.tasks]
+    for i, task in enumerate(eng.tasks):
+        for j in task.succs:
+            preds[j].append(i)
+    cur = int(np.argmax(np.where(tl.finish <= sim.timed.run_end + 1e-15, tl.finish, -1)))
+    service: dict[str, float] = {}
+    waiting = 0.0
+    while preds[cur] and tl.finish[cur] > sim.timed.run_start:
+        ready = max(tl.finish[p] for p in preds[cur])
+        cat = eng.tasks[cur].category
+        service[cat] = service.get(cat, 0.0) + tl.finish[cur] - max(tl.start[cur], ready)
+        waiting += max(0.0, tl.start[cur] - ready)
+        cur = max(preds[cur], key=lambda p: tl.finish[p])
+    path = ", ".join(f"{k} {v / lat:.2f}" for k, v in sorted(service.items(), key=lambda kv: -kv[1]) if v > 0)
+    return f"busiest: {'; '.join(parts)} | critical path: {path}, waiting for a resource {waiting / lat:.2f}"
+
+
+def _output_step(graph, name: str) -> float:
+    node = graph.value(name).producer
+    if node is not None and node.op_type == "DequantizeLinear" and node.inputs[1].const is not None:
+        return float(np.max(np.abs(node.inputs[1].const)))
+    return 1.0
+
+
+def _print_row(row: dict) -> None:
+    head = f"{row['model']:<20}{row['dtype']:<8}"
+    if "error" in row:
+        print(f"{head}does not lower ({row['lower_s']:.1f} s): {row['error']}", flush=True)
+        return
+    naive = f"{row['naive_s'] / row['latency_s']:8.1f}" if row.get("naive_s") else f"{'-':>8}"
+    print(f"{head}{row['latency_s'] * 1e6:10.1f}{row['roofline_s'] * 1e6:10.1f}{row['ratio']:9.2f} {row['binding']:<7}"
+          f"{row['sram_peak']:6.2f}{row['sram_mean']:6.2f}{row['cores']:6d}{row['lower_s']:9.1f}{row['sim_s']:8.1f}"
+          f"{row['err']:10.2g}{naive}", flush=True)
+    print(f"{'':<28}{row['explain']}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(TORCHVISION + tuple(LIGHT)),
+                   help="comma-separated subset of: " + ", ".join(TORCHVISION + tuple(LIGHT)))
+    p.add_argument("--skip-resnet50", action="store_true", help="leave out int8 ResNet-50 on npu-array")
+    p.add_argument("--no-naive", action="store_true", help="leave out the naive mapping")
+    p.add_argument("--dtypes", default="float32,int8", help="comma-separated subset of: float32, int8")
+    p.add_argument("--json", help="write the rows as JSON")
+    args = p.parse_args(argv)
+
+    from corefold.executor import random_inputs
+    from corefold.frontend.onnx import load_model
+    from corefold.target import load_target
+
+    npu = load_target("npu")
+    rows = []
+    header = (f"{'model':<20}{'dtype':<8}{'lat us':>10}{'roof us':>10}{'lat/roof':>9} {'binds':<7}{'SRAM':>6}"
+              f"{'mean':>6}{'cores':>6}{'lower s':>9}{'sim s':>8}{'err':>10}{'naive x':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = model_paths(args.models.split(","), Path(tmp))
+        print(header)
+        print("-" * len(header))
+        for name, path in paths.items():
+            for quantize in [d == "int8" for d in args.dtypes.split(",")]:
+                graph = load_model(path)
+                feeds = random_inputs(graph, seed=0)
+                if quantize:
+                    quantized(graph)
+                row = measure(name, graph, npu, quantize, feeds)
+                if "error" not in row and not args.no_naive:
+                    row["naive_s"] = naive_latency(load_model(path), npu, quantize)
+                rows.append(row)
+                _print_row(row)
+        if not args.skip_resnet50:
+            path = export_torchvision("resnet50", Path(tmp))
+            graph = load_model(path)
+            feeds = random_inputs(graph, seed=0)
+            quantized(graph)
+            row = measure("resnet50", graph, load_target("npu-array"), True, feeds)
+            rows.append(row)
+            _print_row(row)
+            print(f"\nint8 ResNet-50 on npu-array: simulated in {row.get('sim_s', float('nan')):.1f} s wall "
+                  f"(goal <= {GOAL_RESNET50_SIM_S:.0f} s), lowered in {row['lower_s']:.1f} s")
+    done = [r for r in rows if "error" not in r and r["target"] == npu.name]
+    print("\ncolumns: latency and roofline bound in us; SRAM = max per-core peak / capacity, mean over the used "
+          "cores; err = float: max |error| / output scale vs the executor, int8: steps vs the integer runner; "
+          "naive x = naive latency / latency")
+    if done:
+        print(f"lat/roof <= {GOAL_RATIO} on the 8x8 preset: {sum(r['ratio'] <= GOAL_RATIO for r in done)} of "
+              f"{len(done)} rows; lowering <= {GOAL_LOWER_S:.0f} s: {sum(r['lower_s'] <= GOAL_LOWER_S for r in done)} "
+              f"of {len(done)}; geometric mean lat/roof {float(np.exp(np.mean(np.log([r['ratio'] for r in done])))):.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    raise SystemExit(main())

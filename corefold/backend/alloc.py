@@ -1,0 +1,175 @@
+"""SRAM offsets for the activation buffers of one core (step 3 of lowering, with :mod:`.plan`).
+
+Buffers have lifetimes (first and last event of the core that touches them) and sizes;
+two buffers may share addresses only if their lifetimes are disjoint. Finding the lowest
+top is dynamic storage allocation (NP-hard); :func:`allocate` tries, in turn, a
+best fit in time (as a program would run), a two-ended first fit (large buffers upwards,
+small ones downwards), first fits in four orders, then seeded random orders, and keeps
+the lowest top. O(B^2) per try for B buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corefold.backend.executable import ALIGNMENT
+from corefold.backend.plan import CorePlan, Plan, aligned, lifetimes, pressure
+
+#: Random orders the allocator tries when the deterministic ones overflow.
+RANDOM_ORDERS = 40
+
+
+def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
+    """Offsets for the activation buffers of ``cp`` in ``[base, limit)``: each at the lowest
+    aligned address free of every buffer whose lifetime overlaps, buffers taken largest
+    first, then (if that overflows) by start and by lifetime; the lowest top wins.
+    Returns the highest end used (may exceed ``limit``: the caller spills more). O(B^2)."""
+    life = lifetimes(plan, cp)
+    size = {b: aligned(plan.buffers[b].nbytes) for b in life}
+    load = pressure(plan, life, len(cp.events))
+    hot = {b: int(load[lo:hi + 1].max()) for b, (lo, hi) in life.items()}
+    orders = [lambda b: (-size[b], life[b][0], b), lambda b: (-hot[b], -size[b], life[b][0], b),
+              lambda b: (life[b][0], -size[b], b), lambda b: (life[b][0] - life[b][1], -size[b], b)]
+    best = _best_fit_in_time(life, size, base)
+    if best[1] > limit:
+        two = _two_ended(life, size, base, limit)
+        if two is not None:
+            best = two
+    for key in orders:
+        if best[1] <= limit:
+            break
+        offsets, top = _first_fit(sorted(life, key=key), life, size, base)
+        if top < best[1]:
+            best = (offsets, top)
+    # NOTE: still over: seeded random perturbations of the largest-first order
+    rng = np.random.default_rng(len(life))
+    bufs = sorted(life)
+    for _ in range(RANDOM_ORDERS if best[1] > limit else 0):
+        noise = rng.lognormal(0.0, 0.7, len(bufs))
+        order = [b for _, b in sorted(zip((-size[b] * z for b, z in zip(bufs, noise, strict=True)), bufs,
+                                          strict=True))]
+        offsets, top = _first_fit(order, life, size, base)
+        if top < best[1]:
+            best = (offsets, top)
+            if top <= limit:
+                break
+    for b, off in best[0].items():
+        plan.buffers[b].offset = off
+    return best[1]
+
+
+def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: dict[int, int]) -> bool:
+    """After an allocation that ends above ``limit``: lower the allowed live bytes at the
+    events where a buffer lies above it by that excess (keyed by ``id(event)``), so the
+    next spill frees room exactly there. False when nothing overflows."""
+    life = lifetimes(plan, cp)
+    changed = False
+    for b, (lo, hi) in life.items():
+        buf = plan.buffers[b]
+        excess = buf.offset + aligned(buf.nbytes) - limit
+        if excess > 0:
+            for ev in cp.events[lo:hi + 1]:
+                limits[id(ev)] = min(limits.get(id(ev), avail), avail - excess - ALIGNMENT)
+                changed = True
+    return changed
+
+
+def _best_fit_in_time(life: dict[int, tuple[int, int]], size: dict[int, int],
+                      base: int) -> tuple[dict[int, int], int]:
+    """Allocate as a program would run: at each event, free the buffers whose lifetime
+    ended, then take for each starting buffer (largest first) the smallest free gap that
+    holds it (best fit), else the top. O(B log B + B * gaps)."""
+    starts: dict[int, list[int]] = {}
+    for b, (lo, _) in life.items():
+        starts.setdefault(lo, []).append(b)
+    ends: dict[int, list[int]] = {}
+    for b, (_, hi) in life.items():
+        ends.setdefault(hi, []).append(b)
+    gaps: list[tuple[int, int]] = []  # free [a, b) below top, sorted
+    top = base
+    offsets: dict[int, int] = {}
+    for t in sorted(set(starts) | set(ends)):
+        for b in sorted(starts.get(t, ()), key=lambda b: -size[b]):
+            fit = [(e - a, i) for i, (a, e) in enumerate(gaps) if e - a >= size[b]]
+            if fit:
+                _, i = min(fit)
+                a, e = gaps[i]
+                offsets[b] = a
+                gaps[i:i + 1] = [(a + size[b], e)] if a + size[b] < e else []
+            else:
+                if gaps and gaps[-1][1] == top:  # extend the last gap into the top
+                    a, _ = gaps.pop()
+                    offsets[b] = a
+                    top = a + size[b]
+                else:
+                    offsets[b] = top
+                    top += size[b]
+        for b in ends.get(t, ()):
+            gaps.append((offsets[b], offsets[b] + size[b]))
+            gaps.sort()
+            merged: list[tuple[int, int]] = []
+            for a, e in gaps:
+                if merged and merged[-1][1] >= a:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+                else:
+                    merged.append((a, e))
+            if merged and merged[-1][1] >= top:
+                top = merged[-1][0]
+                merged.pop()
+            gaps = merged
+    high = max((offsets[b] + size[b] for b in offsets), default=base)
+    return offsets, high
+
+
+def _two_ended(life: dict[int, tuple[int, int]], size: dict[int, int], base: int,
+               limit: int) -> tuple[dict[int, int], int] | None:
+    """Large buffers first fit upwards from ``base``, the small ones (under an eighth of
+    the room) downwards from ``limit``: small buffers then fragment nothing in the middle.
+    None if some buffer finds no room. O(B^2)."""
+    room = limit - base
+    big = sorted((b for b in life if size[b] * 8 >= room), key=lambda b: (-size[b], life[b][0], b))
+    small = sorted((b for b in life if size[b] * 8 < room), key=lambda b: (-size[b], life[b][0], b))
+    placed: list[tuple[int, int, int, int]] = []
+    offsets: dict[int, int] = {}
+    for b in big:
+        lo, hi = life[b]
+        busy = sorted((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2))
+        offset = base
+        for o, e in busy:
+            if offset + size[b] <= o:
+                break
+            offset = max(offset, e)
+        offsets[b] = offset
+        placed.append((lo, hi, offset, offset + size[b]))
+    for b in small:
+        lo, hi = life[b]
+        busy = sorted(((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2)), key=lambda x: -x[1])
+        end = limit - (limit % ALIGNMENT)
+        for o, e in busy:
+            if e <= end - size[b]:
+                break
+            end = min(end, o)
+        if end - size[b] < base:
+            return None
+        offsets[b] = end - size[b]
+        placed.append((lo, hi, end - size[b], end))
+    return offsets, max((e for *_, e in placed), default=base)
+
+
+def _first_fit(order: list[int], life: dict[int, tuple[int, int]], size: dict[int, int],
+               base: int) -> tuple[dict[int, int], int]:
+    placed: list[tuple[int, int, int, int]] = []  # (lo, hi, offset, end)
+    offsets: dict[int, int] = {}
+    top = base
+    for b in order:
+        lo, hi = life[b]
+        busy = sorted((o, e) for (l2, h2, o, e) in placed if not (h2 < lo or hi < l2))
+        offset = base
+        for o, e in busy:
+            if offset + size[b] <= o:
+                break
+            offset = max(offset, e)
+        offsets[b] = offset
+        placed.append((lo, hi, offset, offset + size[b]))
+        top = max(top, offset + size[b])
+    return offsets, top

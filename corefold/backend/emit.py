@@ -1,0 +1,230 @@
+"""Steps 4 to 6 of lowering, *Route*, *Emit* and *Pack*: the executable from the plan.
+
+* **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
+  spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
+  (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
+  DRAM regions go to the channel attached nearest to the core that uses them.
+* **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
+  route between the core and its region's channel router
+  (:func:`~corefold.backend.executable.xy_route`).
+* **Emit.** Each event becomes an instruction. ``deps`` are: for a read, the instructions
+  that wrote the buffer; for a write, every instruction that accessed a buffer of the same
+  core whose addresses overlap and whose lifetime ended before (the buffer is reused).
+  A dependence on an instruction of an engine is dropped when a later instruction of the
+  same engine is a dependence too (engines run in order). Compute goes to the unit of its
+  kind that frees up first under the tasks' durations.
+* **Pack.** Each weight buffer gets its constant's array (float32 as in the model, or the
+  integers of a fused integer operator with their :class:`QuantTensor`).
+
+Cost: O(B^2) per core for the buffer overlaps, O(I * deps) for the instructions.
+"""
+
+from __future__ import annotations
+
+from corefold.backend.alloc import allocate, overflow_limits
+from corefold.backend.executable import (
+    Buffer,
+    Compute,
+    Copy,
+    Core,
+    CoreProgram,
+    DmaLoad,
+    DmaStore,
+    DramRegion,
+    Recv,
+    Send,
+    Signal,
+    TensorIO,
+    View,
+    Wait,
+    Weight,
+    xy_route,
+)
+from corefold.backend.lgraph import LoweredGraph
+from corefold.backend.plan import Plan, aligned, lifetimes, spill
+from corefold.errors import CompileError
+from corefold.target import Target
+
+
+def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
+    """Offsets for every buffer of every core; returns the weight bytes per core.
+
+    Raises:
+        CompileError: SRAM of a core, when its weights and one step's buffers do not fit.
+    """
+    cap = target.sram_bytes
+    weights: dict[Core, int] = {}
+    for core, cp in plan.cores.items():
+        top = 0
+        for b in cp.buffers:
+            buf = plan.buffers[b]
+            if buf.kind == "weight":
+                buf.offset = top
+                top += aligned(buf.nbytes)
+        weights[core] = top
+        if top > cap:
+            raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
+        avail = cap - top
+        limits: dict[int, int] = {}
+        for _ in range(64):
+            spill(plan, cp, avail, top, limits=limits)
+            end = allocate(plan, cp, top, cap)
+            if end <= cap:
+                break
+            overflow_limits(plan, cp, cap, avail, limits)
+        else:
+            raise CompileError("SRAM", f"core ({core[0]},{core[1]})", end, cap, "fragmented buffers")
+    return weights
+
+
+def _reuse_deps(plan: Plan, core_buffers: list[int], life: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
+    """Activation buffer -> earlier buffers of the core overlapping its addresses."""
+    acts = sorted((b for b in core_buffers if b in life), key=lambda b: life[b][0])
+    out: dict[int, list[int]] = {b: [] for b in acts}
+    for i, b in enumerate(acts):
+        bb = plan.buffers[b]
+        for a in acts[:i]:
+            ab = plan.buffers[a]
+            if life[a][1] < life[b][0] and ab.offset < bb.offset + bb.nbytes and bb.offset < ab.offset + ab.nbytes:
+                out[b].append(a)
+    return out
+
+
+def _nearest_channel(target: Target, core: Core) -> int:
+    chans = target.dram_channels
+    return min(range(len(chans)), key=lambda c: (abs(chans[c][0] - core[0]) + abs(chans[c][1] - core[1]), c))
+
+
+def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None], durations: list[float]):
+    """Programs, buffers, weights, regions and I/O descriptors of the executable.
+
+    ``task_ops[t]`` is the op-table index of task ``t`` (None for a gather).
+    """
+    # DRAM regions
+    region_id: dict[tuple, int] = {}
+    regions: list[DramRegion] = []
+    bump: dict[int, int] = {}
+    for key, (shape, dtype, name, core) in plan.regions.items():
+        ch = _nearest_channel(target, core)
+        nbytes = int(_aligned_size(shape, dtype))
+        off = bump.get(ch, 0)
+        bump[ch] = off + aligned(max(nbytes, 1))
+        kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
+                "staged": "staging"}[key[0]]
+        region_id[key] = len(regions)
+        regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
+    for ph in lg.inputs:  # an input nobody reads still has its region
+        key = ("input", ph)
+        if key not in region_id:
+            p = lg.phys[ph]
+            ch = _nearest_channel(target, target.host_router)
+            off = bump.get(ch, 0)
+            bump[ch] = off + aligned(max(p.nbytes, 1))
+            region_id[key] = len(regions)
+            regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name))
+
+    buffers = [Buffer(b.id, b.core, b.offset, b.nbytes, b.shape, b.dtype.name, b.kind, b.name) for b in plan.buffers]
+    weights = {}
+    for b in plan.buffers:
+        if b.kind == "weight":
+            ph = lg.phys[b.phys]
+            weights[b.id] = Weight(b.id, ph.const, ph.quant)
+
+    recv_view = {ev.tag: ev.writes[0] for cp in plan.cores.values() for ev in cp.events if ev.kind == "recv"}
+    programs = []
+    for core, cp in plan.cores.items():
+        programs.append(_emit_core(plan, cp, core, target, region_id, regions, task_ops, durations, lg, recv_view))
+
+    inputs = [TensorIO(lg.phys[ph].name, lg.phys[ph].shape, lg.phys[ph].dtype.name, region_id[("input", ph)])
+              for ph in lg.inputs]
+    outputs = [TensorIO(name, o.shape, o.dtype.name, region_id[("output", i)]) for i, (name, o) in enumerate(lg.outputs)]
+    return programs, buffers, weights, regions, inputs, outputs
+
+
+def _aligned_size(shape, dtype) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n * dtype.itemsize
+
+
+def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regions: list[DramRegion],
+               task_ops: list[int | None], durations: list[float], lg: LoweredGraph,
+               recv_view: dict[int, tuple]) -> CoreProgram:
+    life = lifetimes(plan, cp)
+    reuse = _reuse_deps(plan, cp.buffers, life)
+    writers: dict[int, list[int]] = {}
+    accessors: dict[int, list[int]] = {}
+    engine_of: list[str | None] = []
+    unit_free = {k: [0.0] * u.count for k, u in target.units.items()}
+    dma_next = 0
+    out: list = []
+
+    def view(v) -> View:
+        return View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3]))
+
+    def prune(deps: set[int]) -> tuple[int, ...]:
+        last: dict[str, int] = {}
+        keep = []
+        for d in sorted(deps):
+            e = engine_of[d]
+            if e is None:
+                keep.append(d)
+            else:
+                last[e] = d
+        return tuple(sorted(keep + list(last.values())))
+
+    index_of: dict[int, int] = {}
+    for ev in cp.events:
+        if ev.kind == "hold":
+            continue
+        idx = len(out)
+        index_of[id(ev)] = idx
+        deps: set[int] = {index_of[id(a)] for a in ev.after}
+        for v in ev.reads:
+            if v is not None:
+                deps.update(writers.get(v[0], ()))
+        for v in ev.writes:
+            for a in reuse.get(v[0], ()):
+                deps.update(accessors.get(a, ()))
+        deps.discard(idx)
+        dtuple = prune(deps)
+        unit = None
+        if ev.kind == "compute":
+            t = lg.tasks[ev.task]
+            frees = unit_free[t.unit]
+            u = frees.index(min(frees))
+            frees[u] += durations[ev.task]
+            unit = f"{t.unit}{u}"
+            ins = Compute(task_ops[ev.task], unit, tuple(view(v) if v is not None else None for v in ev.reads),
+                          tuple(view(v) for v in ev.writes), dtuple)
+        elif ev.kind in ("load", "store", "copy"):
+            unit = f"dma{dma_next % target.units['dma'].count}"
+            dma_next += 1
+            if ev.kind == "copy":
+                ins = Copy(unit, view(ev.reads[0]), view(ev.writes[0]), dtuple)
+            else:
+                rid = region_id[ev.region]
+                router = target.dram_channels[regions[rid].channel]
+                rview = View(rid, *[tuple(x) for x in ev.region_view])
+                if ev.kind == "load":
+                    ins = DmaLoad(unit, rview, view(ev.writes[0]), xy_route(router, core), dtuple)
+                else:
+                    ins = DmaStore(unit, view(ev.reads[0]), rview, xy_route(core, router), dtuple)
+        elif ev.kind == "send":
+            ins = Send(ev.tag, view(ev.reads[0]), ev.peer, view(recv_view[ev.tag]), xy_route(core, ev.peer), dtuple)
+        elif ev.kind == "recv":
+            ins = Recv(ev.tag, ev.peer, view(ev.writes[0]), dtuple)
+        elif ev.kind == "signal":
+            ins = Signal(ev.tag, ev.peer, xy_route(core, ev.peer), dtuple)
+        else:
+            ins = Wait(ev.tag, ev.peer, dtuple)
+        out.append(ins)
+        engine_of.append(unit)
+        for v in ev.reads:
+            if v is not None:
+                accessors.setdefault(v[0], []).append(idx)
+        for v in ev.writes:
+            accessors.setdefault(v[0], []).append(idx)
+            writers.setdefault(v[0], []).append(idx)
+    return CoreProgram(core, out)

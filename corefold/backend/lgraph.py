@@ -1,0 +1,329 @@
+"""The lowered graph: compute tasks on physical tensors; data movement becomes pieces.
+
+:func:`build` walks the tiled IR graph (:mod:`corefold.backend.tile`) in topological order:
+
+* an operator that only moves data (Concat, a Slice with constant bounds and unit steps,
+  Split, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) computes nothing: its
+  output is described by :class:`~corefold.backend.boxes.Piece` s of the tensors it reads,
+  so the copies happen as transfers into the consumer's buffer (or not at all). A reshape
+  that does not map boxes to boxes *materialises* its input with a gather task;
+* one whose data inputs are all constants is folded into a constant;
+* every other operator is a :class:`Task` on one core unit, with an :class:`Op` for the
+  executable and its cost (:func:`corefold.cost.op_cost`);
+* a graph input that fits a core is loaded by a gather task, once, and sent on from that
+  core (DRAM bandwidth is shared by the whole chip, the NoC links are not); a tensor to
+  materialise that is too big for a core is *staged*: its pieces are stored to DRAM and
+  its readers load their boxes from there.
+
+Physical tensors (:class:`Phys`) are the graph inputs (in DRAM), the constants (resident
+weights of the cores that read them) and the task outputs (in the producing core's SRAM).
+O(V + E + pieces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
+from corefold.backend.executable import Op, QuantTensor
+from corefold.backend.tile import INTEGER_DOMAIN
+from corefold.cost import op_cost
+from corefold.errors import UnsupportedOpError
+from corefold.ir import Graph, Node, Value
+from corefold.target import Target
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+
+
+@dataclass
+class Phys:
+    """A tensor with storage: a graph input (``kind="input"``), a constant (``"const"``), a
+    task output (``"op"``) or a tensor assembled in DRAM from ``source`` (``"staged"``)."""
+
+    id: int
+    name: str
+    shape: Shape
+    dtype: np.dtype
+    kind: str
+    task: int | None = None
+    const: np.ndarray | None = None
+    quant: QuantTensor | None = None
+    source: "Operand | None" = None  # kind "staged": assembled in DRAM from these pieces
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def elements(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass
+class Operand:
+    """A tensor a task reads (or the graph outputs), as pieces of physical tensors."""
+
+    shape: Shape
+    dtype: np.dtype
+    pieces: tuple[Piece, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+    def whole_piece(self) -> Piece | None:
+        """The single piece covering the operand, if it is one box of one tensor."""
+        if len(self.pieces) == 1 and self.pieces[0].extent == tuple(self.shape):
+            return self.pieces[0]
+        return None
+
+
+@dataclass
+class Task:
+    """One operator on one unit (or, with ``op`` None, a gather that assembles its single
+    input into its output tensor with transfers only)."""
+
+    id: int
+    name: str
+    op: Op | None
+    inputs: list[Operand | None]
+    outputs: list[int]
+    unit: str
+    seconds: float
+    control: list[int] = field(default_factory=list)
+
+    @property
+    def is_gather(self) -> bool:
+        return self.op is None
+
+
+@dataclass
+class LoweredGraph:
+    """Tasks in a topological order, the physical tensors, and the graph's I/O."""
+
+    tasks: list[Task]
+    phys: list[Phys]
+    inputs: list[int]
+    outputs: list[tuple[str, Operand]]
+
+    def consts_of(self, task: Task) -> list[int]:
+        """The constants a task reads (its resident weights), without repeats."""
+        seen: dict[int, None] = {}
+        for o in task.inputs:
+            if o is not None:
+                for p in o.pieces:
+                    if self.phys[p.phys].kind == "const":
+                        seen[p.phys] = None
+        return list(seen)
+
+    def weight_bytes(self, task: Task) -> int:
+        return sum(self.phys[c].nbytes for c in self.consts_of(task))
+
+    def working_bytes(self, task: Task) -> int:
+        """Bytes of the task's non-constant inputs and outputs (its working set)."""
+        total = sum(self.phys[o].nbytes for o in task.outputs)
+        if task.is_gather:
+            return total  # its input lands in its output buffer
+        for o in task.inputs:
+            if o is not None and not all(self.phys[p.phys].kind == "const" for p in o.pieces):
+                total += o.nbytes
+        return total
+
+
+def _ints(v: Value | None) -> list[int] | None:
+    if v is None:
+        return None
+    if v.const is None:
+        return None
+    return [int(x) for x in np.asarray(v.const).reshape(-1)]
+
+
+def _slice_box(node: Node, shape: Shape) -> tuple[Shape, Shape] | None:
+    """The box a constant-bound, unit-step Slice selects, or None."""
+    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
+    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+    if starts is None or ends is None or (len(node.inputs) > 3 and node.inputs[3] is not None and axes is None) \
+            or (len(node.inputs) > 4 and node.inputs[4] is not None and steps is None):
+        return None
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    if any(s != 1 for s in steps):
+        return None
+    start, extent = [0] * len(shape), list(shape)
+    for s, e, a in zip(starts, ends, axes, strict=False):
+        a %= len(shape)
+        lo, hi, _ = slice(s, e, 1).indices(shape[a])
+        start[a], extent[a] = lo, max(0, hi - lo)
+    if any(e == 0 for e in extent):
+        return None
+    return tuple(start), tuple(extent)
+
+
+class _Builder:
+    def __init__(self, graph: Graph, target: Target):
+        self.graph = graph
+        self.target = target
+        self.phys: list[Phys] = []
+        self.tasks: list[Task] = []
+        self.operand: dict[int, Operand] = {}
+        self.task_of_node: dict[Node, int] = {}
+        self.last_task: dict[Node, list[int]] = {}
+
+    def new_phys(self, name: str, shape, dtype, kind: str, **kw) -> Operand:
+        p = Phys(len(self.phys), name, tuple(int(d) for d in shape), np.dtype(dtype), kind, **kw)
+        self.phys.append(p)
+        zero = (0,) * len(p.shape)
+        return Operand(p.shape, p.dtype, (Piece(zero, p.shape, p.id, p.shape, zero),))
+
+    def of(self, v: Value | None) -> Operand | None:
+        if v is None:
+            return None
+        key = id(v)
+        if key not in self.operand:
+            if v.const is None:
+                raise UnsupportedOpError(f"value '{v.name}' is read before it is computed")
+            self.operand[key] = self.new_phys(v.name, v.shape, v.dtype, "const",
+                                              const=np.ascontiguousarray(v.const))
+        return self.operand[key]
+
+    def run(self) -> LoweredGraph:
+        inputs = []
+        for v in self.graph.inputs:
+            if not v.has_static_shape:
+                raise UnsupportedOpError(f"input '{v.name}' has no static shape; bind it with --shape")
+            x = self.new_phys(v.name, v.shape, v.dtype, "input")
+            inputs.append(x.pieces[0].phys)
+            # an input that fits a core is loaded once, by one core, and sent on from there
+            self.operand[id(v)] = self.gather(v.name, x) if x.nbytes <= self.target.core_memory_threshold else x
+        for node in self.graph.topological_order():
+            self.node(node)
+        outputs = []
+        for v in self.graph.outputs:
+            outputs.append((v.name, self.of(v)))
+        return LoweredGraph(self.tasks, self.phys, inputs, outputs)
+
+    def node(self, node: Node) -> None:
+        data = [v for v in node.inputs if v is not None]
+        op = node.op_type
+        if node.domain != INTEGER_DOMAIN and data and all(v.const is not None for v in data) and not node.domain:
+            self.fold(node)
+            return
+        if not node.domain and self.dissolve(node):
+            self.last_task[node] = self._ancestor_tasks(node)
+            return
+        ins = [self.of(v) for v in node.inputs]
+        for v in node.outputs:
+            if not v.has_static_shape:
+                raise UnsupportedOpError(f"value '{v.name}' of node '{node.name}' has no static shape")
+        c = op_cost(node, self.target)
+        quant = node.meta.get("quant")
+        tid = len(self.tasks)
+        outs = []
+        for v in node.outputs:
+            opnd = self.new_phys(v.name, v.shape, v.dtype, "op", task=tid)
+            self.operand[id(v)] = opnd
+            outs.append(opnd.pieces[0].phys)
+        for i, v in enumerate(node.inputs):
+            if v is not None and v.const is not None and quant is not None and quant.inputs[i] is not None:
+                self.phys[ins[i].pieces[0].phys].quant = quant.inputs[i]
+        xop = Op(node.name, op, dict(node.attrs), tuple(o.shape if o is not None else None for o in ins),
+                 tuple(o.dtype.name if o is not None else None for o in ins),
+                 tuple(tuple(v.shape) for v in node.outputs), tuple(v.dtype.name for v in node.outputs),
+                 c.unit, float(c.work), quant)
+        task = Task(tid, node.name, xop, ins, outs, c.unit, float(c.compute_seconds))
+        task.control = sorted({t for p in node.control_preds for t in self._tasks_of(p)})
+        self.tasks.append(task)
+        self.task_of_node[node] = tid
+
+    def _tasks_of(self, node: Node) -> list[int]:
+        if node in self.task_of_node:
+            return [self.task_of_node[node]]
+        return self.last_task.get(node, [])
+
+    def _ancestor_tasks(self, node: Node) -> list[int]:
+        out: set[int] = set()
+        for p in node.predecessors():
+            out.update(self._tasks_of(p))
+        return sorted(out)
+
+    def fold(self, node: Node) -> None:
+        from corefold import ops
+
+        fn = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").kernel
+        if not callable(fn):
+            raise UnsupportedOpError(f"node '{node.name}': no kernel for operator {node.op_type}")
+        res = fn(node.attrs, [v.const if v is not None else None for v in node.inputs])
+        for v, r in zip(node.outputs, res, strict=False):
+            self.operand[id(v)] = self.new_phys(v.name, np.shape(r), np.asarray(r).dtype, "const",
+                                                const=np.ascontiguousarray(r))
+
+    def dissolve(self, node: Node) -> bool:
+        """Describe a data-movement node's outputs as pieces; False if it must compute."""
+        op = node.op_type
+        if op in VIEW_OPS:
+            if op == "Dropout" and len(node.outputs) > 1 and node.outputs[1].uses():
+                return False
+            x = self.of(node.inputs[0])
+            out = node.outputs[0]
+            pieces = reshape_pieces(x.pieces, x.shape, tuple(out.shape), {p.id: p.elements for p in self.phys})
+            if pieces is None:
+                x = self.gather(node.inputs[0].name, x)
+                pieces = reshape_pieces(x.pieces, x.shape, tuple(out.shape), {p.id: p.elements for p in self.phys})
+            self.operand[id(out)] = Operand(tuple(out.shape), out.dtype, pieces)
+            return True
+        if op == "Concat":
+            axis = int(node.attrs["axis"]) % len(node.outputs[0].shape)
+            pieces: list[Piece] = []
+            offset = 0
+            for v in node.inputs:
+                if v is None:
+                    continue
+                x = self.of(v)
+                pieces.extend(shift(x.pieces, axis, offset))
+                offset += x.shape[axis]
+            out = node.outputs[0]
+            self.operand[id(out)] = Operand(tuple(out.shape), out.dtype, coalesce(tuple(pieces)))
+            return True
+        if op == "Slice":
+            x = self.of(node.inputs[0])
+            box = _slice_box(node, x.shape)
+            if box is None:
+                return False
+            out = node.outputs[0]
+            self.operand[id(out)] = Operand(tuple(out.shape), out.dtype, sub_pieces(x.pieces, *box))
+            return True
+        if op == "Split":
+            x = self.of(node.inputs[0])
+            axis = int(node.attrs.get("axis", 0)) % len(x.shape)
+            offset = 0
+            for out in node.outputs:
+                start = tuple(offset if d == axis else 0 for d in range(len(x.shape)))
+                self.operand[id(out)] = Operand(tuple(out.shape), out.dtype,
+                                                sub_pieces(x.pieces, start, tuple(out.shape)))
+                offset += out.shape[axis]
+            return True
+        return False
+
+    def gather(self, name: str, x: Operand) -> Operand:
+        """A gather task assembling ``x`` into one tensor; its output operand. A tensor too
+        big for a core is assembled in DRAM instead (kind "staged")."""
+        if x.nbytes > self.target.core_memory_threshold and not (len(x.pieces) == 1
+                                                                  and self.phys[x.pieces[0].phys].kind == "input"):
+            return self.new_phys(f"{name}_staged", x.shape, x.dtype, "staged", source=x)
+        tid = len(self.tasks)
+        out = self.new_phys(f"{name}_gathered", x.shape, x.dtype, "op", task=tid)
+        self.tasks.append(Task(tid, f"{name}_gather", None, [x], [out.pieces[0].phys], "dma", 0.0))
+        return out
+
+
+def build(graph: Graph, target: Target) -> LoweredGraph:
+    """The lowered graph of a tiled graph (module docstring).
+
+    Raises:
+        UnsupportedOpError: a value has no static shape, or a constant subgraph has an
+            operator without a kernel.
+    """
+    return _Builder(graph, target).run()

@@ -1,0 +1,203 @@
+"""``lower(graph, target) -> Executable``: a graph onto the core mesh, step by step.
+
+1. **Tile** (:mod:`.tile`): a private copy, integer patterns fused for QDQ models, every
+   operator cut until it fits a core (the split pass, M3 §7). O(V * pieces).
+2. **Place** (:mod:`.lgraph`, :mod:`.place`): data movement becomes pieces, the rest are
+   tasks; tasks go to groups by list scheduling under SRAM, direction and NoC-buffer
+   constraints, and groups onto cores with the M4 placement kernels.
+   O(V * (k + deg^2)) + the M4 kernels.
+3. **Order** (:mod:`.order`): each core's tasks in the order the M3 search finds for the
+   core's units; one global order consistent with every core's order gives the positions.
+4. **Plan SRAM** (:mod:`.plan`): events and buffers per core; liveness, spills, offsets.
+5. **Route, emit, pack** (:mod:`.emit`): XY routes, instructions with dependences,
+   weights. Then the instruction memory and NoC buffers are checked.
+
+:func:`fits` runs steps 1 and 2 (without the mesh placement) and estimates the
+instruction memory, for serial partitioning (M1) to test many candidates quickly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from corefold.backend.executable import Executable, Op, target_fingerprint
+from corefold.backend.lgraph import LoweredGraph, build
+from corefold.backend.place import Clustering, cluster, place_on_mesh
+from corefold.backend.tile import tile
+from corefold.errors import CompileError
+from corefold.ir import Graph
+from corefold.target import Target
+
+
+@dataclass(frozen=True)
+class LowerSettings:
+    """Knobs of :func:`lower`.
+
+    Attributes:
+        seed: seed of the mesh placement's random choices.
+        placement_effort: scales the M4 force-directed iterations and annealing.
+        order_budget_seconds: budget of the M3 order search over all cores together
+            (converted into simulated steps, so the result does not depend on the
+            machine); 0 keeps the list-scheduling order.
+        acyclic: keep the graph of cores acyclic (data flows one way between any two
+            cores, as in a pipeline); False lets cores exchange data both ways.
+        spread: how fast the clustering opens cores: at most ``spread`` times the share
+            of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
+    """
+
+    seed: int = 0
+    placement_effort: int = 1
+    order_budget_seconds: float = 1.0
+    acyclic: bool = False
+    spread: float = 1.5
+
+
+FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
+DEFAULT = LowerSettings()
+STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0)
+PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
+
+
+def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> tuple[LoweredGraph, Clustering]:
+    if target.kind != "npu":
+        raise CompileError("core count", f"target '{target.name}'", 1, 0,
+                           f"a '{target.kind}' target has no cores corefold lowers onto")
+    used = {id(v): v.nbytes for n in graph.nodes for v in n.inputs if v is not None and v.is_constant}
+    total = sum(used.values())
+    cores = len(target.usable_cores)
+    if total > 0.9 * target.sram_bytes * cores:  # before any tiling: fits() stays fast
+        raise CompileError("core count", f"target '{target.name}'", int(-(-total // int(0.9 * target.sram_bytes))),
+                           cores, f"{total / 2**20:.1f} MiB of resident weights")
+    # NOTE: if the weights do not fit beside the pieces, smaller pieces leave them room
+    error = None
+    threshold = target.core_memory_threshold
+    while threshold >= target.sram_bytes // 8:
+        try:
+            lg = build(tile(graph, target, threshold), target)
+            _check_weights(lg, target)
+            return lg, cluster(lg, target, settings.acyclic, settings.spread)
+        except _NoRetry as exc:
+            raise CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
+        except CompileError as exc:
+            if exc.resource not in ("SRAM", "core count"):
+                raise
+            error = error or exc
+        threshold //= 2
+    raise error
+
+
+def _check_weights(lg: LoweredGraph, target: Target) -> None:
+    """Resident weights need at least their bytes of SRAM over all usable cores.
+
+    Raises:
+        CompileError: core count, when they exceed 90% of all cores' SRAM (the rest is the
+            least the activations need).
+    """
+    total = sum(p.nbytes for p in lg.phys if p.kind == "const")
+    cores = len(target.usable_cores)
+    need = int(-(-total // int(0.9 * target.sram_bytes)))
+    if need > cores:
+        raise _NoRetry("core count", f"target '{target.name}'", need, cores,
+                       f"{total / 2**20:.1f} MiB of resident weights")
+
+
+class _NoRetry(CompileError):
+    """A CompileError smaller operator pieces cannot cure."""
+
+
+def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
+    """Lower ``graph`` (static shapes) onto ``target``; the graph is not modified.
+
+    Raises:
+        CompileError: a resource of the target runs out (SRAM, instruction memory, NoC
+            buffers, core count), naming where, the amount needed and the limit.
+        UnsupportedOpError: an operator has no kernel or a value no static shape.
+    """
+    from corefold.backend.emit import emit, lay_out_memory
+    from corefold.backend.order import order_tasks
+    from corefold.backend.plan import Planner
+
+    times = {}
+    t0 = time.perf_counter()
+    lg, cl = _prepare(graph, target, settings)
+    times["tile_place"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    cores = place_on_mesh(cl, target, settings.seed, settings.placement_effort)
+    core_of = [cores[g] for g in cl.group]
+    times["mesh"] = time.perf_counter() - t
+    t = time.perf_counter()
+    position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds)
+    times["order"] = time.perf_counter() - t
+    t = time.perf_counter()
+    io_core = min(set(core_of) or {target.host_router},
+                  key=lambda c: (abs(c[0] - target.host_router[0]) + abs(c[1] - target.host_router[1]), c[1], c[0]))
+    plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold, target.sram_bytes).run()
+    lay_out_memory(plan, target)
+    times["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    ops: list[Op] = []
+    task_ops: list[int | None] = []
+    for task in lg.tasks:
+        if task.op is None:
+            task_ops.append(None)
+        else:
+            task_ops.append(len(ops))
+            ops.append(task.op)
+    programs, buffers, weights, regions, inputs, outputs = emit(plan, lg, target, task_ops,
+                                                                [task.seconds for task in lg.tasks])
+    exe = Executable(target_fingerprint(target), programs, buffers, weights, regions, inputs, outputs, ops)
+    times["emit"] = time.perf_counter() - t
+    check_resources(exe, target)
+    spills = sum(1 for r in regions if r.kind == "spill")
+    exe.meta.update({
+        "graph": graph.name, "tasks": len(lg.tasks), "cores_used": len(programs), "spills": spills,
+        "estimated_makespan_s": cl.makespan, "order": order_report,
+        "lower_seconds": {k: round(v, 4) for k, v in times.items()},
+    })
+    return exe
+
+
+def check_resources(exe: Executable, target: Target) -> None:
+    """The instruction memory and NoC buffers of every core.
+
+    Raises:
+        CompileError: a core's encoded program exceeds its instruction memory, or it
+            receives from more cores than its NoC buffers hold streams for.
+    """
+    from corefold.backend.cfx import program_bytes
+    from corefold.backend.executable import Recv
+
+    for p in exe.programs:
+        size = program_bytes(p)
+        if size > target.instruction_bytes:
+            raise CompileError("instruction memory", f"core ({p.core[0]},{p.core[1]})", size,
+                               target.instruction_bytes, f"{len(p.instructions)} instructions")
+        sources = {ins.src_core for ins in p.instructions if isinstance(ins, Recv)}
+        need = len(sources) * target.noc_stream_buffer_bytes
+        if need > target.noc_buffer_bytes:
+            raise CompileError("NoC buffers", f"core ({p.core[0]},{p.core[1]})", need, target.noc_buffer_bytes,
+                               f"receives from {len(sources)} cores")
+
+
+def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> CompileError | None:
+    """Whether ``graph`` can be lowered onto ``target``, without lowering it: None if it
+    fits, else the :class:`CompileError` that :func:`lower` would raise.
+
+    Runs tile and cluster (which decide SRAM, NoC buffers and core count) and estimates
+    each core's instruction memory from its tasks and transfers. It skips the mesh
+    placement, the order search and the SRAM plan, whose spills may still, rarely, make
+    :func:`lower` fail where this passes. O(V * (k + deg^2)).
+    """
+    from corefold.backend.cfx import estimate_program_bytes
+
+    try:
+        lg, cl = _prepare(graph, target, settings)
+    except CompileError as exc:
+        return exc
+    counts = estimate_program_bytes(lg, cl)
+    for g, size in counts.items():
+        if size > target.instruction_bytes:
+            return CompileError("instruction memory", f"core group {g}", size, target.instruction_bytes,
+                                "estimated before placement")
+    return None

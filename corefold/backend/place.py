@@ -1,0 +1,390 @@
+"""Step 2 of lowering, *Place*: tasks onto cores.
+
+Two phases.
+
+**Cluster** (:func:`cluster`): tasks go to *groups* (one group per core) by list
+scheduling in a topological order, each task to the group where it would finish first::
+
+    finish(t, g) = max(ready(t, g), free(g, unit(t))) + d(t)
+    ready(t, g)  = max over producers p of  end(p) + [group(p) != g] * (hops * lat + bytes(p, t) / B_link)
+                   and over graph inputs x of  bytes(x) / B_dram
+
+among the groups already open and one fresh group, under three constraints:
+
+* *SRAM*: a group's resident weights plus the largest working set of its tasks fit a
+  core (weights stay resident, SPEC M1; the SRAM plan spills activations when needed);
+* *direction*: the group graph stays acyclic (a task joins group ``g`` only if ``g``
+  reaches none of its producers' groups, tracked with reachability bitsets), so data
+  flows one way between cores, as in a pipeline;
+* *NoC buffers*: a group receives from at most ``target.noc_streams_per_core`` others.
+
+It spreads independent pieces of split operators over cores and keeps chains together
+when moving data costs more than it saves. Cost: O(V * (k + deg^2) + E * k / 64) for k
+groups.
+
+**Mesh placement** (:func:`place_on_mesh`): the groups go onto physical cores with the
+M4 kernels of :mod:`corefold.mapping` through a plain weighted graph (the adapter; the
+mapper never sees the IR): the best rectangle of usable cores (``choose_region``), region
+bisection of the group graph (``place_groups``), then force-directed and pairwise swaps
+and annealing (``improve_placement``) minimising hop-weighted traffic
+``sum over group pairs of bytes(a, b) * hops(core(a), core(b))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from corefold.backend.lgraph import LoweredGraph, Task
+from corefold.errors import CompileError
+from corefold.target import Target
+
+#: Hops a transfer is assumed to cross before the groups are placed on the mesh.
+ASSUMED_HOPS = 2.0
+
+#: Groups evaluated per task besides its producers' (all of them when none of these fit).
+CANDIDATES = 12
+
+
+@dataclass
+class Clustering:
+    """Group of every task, each task's estimated start and end (seconds), the groups'
+    resident constants, and the bytes between groups (directed, ``(src, dst) -> bytes``)."""
+
+    group: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    groups: int
+    consts: list[set[int]]
+    traffic: dict[tuple[int, int], float]
+    makespan: float
+
+
+def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
+    """Per task: producer task -> bytes it reads from it."""
+    out: list[dict[int, float]] = []
+    for t in lg.tasks:
+        e: dict[int, float] = {}
+        for o in t.inputs:
+            if o is None:
+                continue
+            for p in o.pieces:
+                ph = lg.phys[p.phys]
+                if ph.kind == "op":
+                    e[ph.task] = e.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
+                elif ph.kind == "staged":  # through DRAM: an order, no NoC bytes
+                    for q in ph.source.pieces:
+                        if lg.phys[q.phys].kind == "op":
+                            e.setdefault(lg.phys[q.phys].task, 0.0)
+        for c in t.control:
+            e.setdefault(c, 0.0)
+        out.append(e)
+    return out
+
+
+def _input_bytes(lg: LoweredGraph, t: Task) -> float:
+    total = 0.0
+    for o in t.inputs:
+        if o is not None:
+            for p in o.pieces:
+                ph = lg.phys[p.phys]
+                if ph.kind in ("input", "staged"):
+                    total += p.elements * ph.dtype.itemsize
+    return total
+
+
+def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5) -> Clustering:
+    """Tasks onto groups (module docstring).
+
+    A fresh group opens only while the groups open stay within ``spread`` times the
+    share of the work scheduled so far (``k * spread * done / total``) and enough cores
+    remain for the weights still to place, unless no open group can take the task. With
+    ``acyclic`` False the direction constraint is dropped (the programs stay deadlock-free
+    either way; see :mod:`corefold.backend.executable`).
+
+    Raises:
+        CompileError: ``core count`` when the tasks need more cores than the target has
+            usable; ``SRAM`` when one task's weights and working set exceed a core;
+            ``NoC buffers`` when a task reads from more cores than a core can receive from.
+    """
+    return _Clusterer(lg, target, acyclic, spread).run()
+
+
+class _Clusterer:
+    def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float):
+        self.lg = lg
+        self.target = target
+        self.acyclic = acyclic
+        self.spread = spread
+        self.k_max = len(target.usable_cores)
+        # NOTE: buffers are 64-byte aligned; keep 1% for the allocator's fragmentation
+        self.cap = int(0.99 * target.sram_bytes)
+        self.wsize = [-(-p.nbytes // 64) * 64 for p in lg.phys]
+        self.streams = target.noc_streams_per_core
+        # NOTE: a core's traffic leaves and enters over about two of its four links
+        self.link = 2 * target.noc_link_bytes_per_cycle * target.clock_hz
+        self.lat = ASSUMED_HOPS * target.noc_hop_latency_cycles / target.clock_hz
+        self.dram = min(target.dram_bytes_per_s, target.units["dma"].throughput * target.clock_hz)
+        n = len(lg.tasks)
+        self.group = np.full(n, -1, np.int64)
+        self.start = np.zeros(n)
+        self.end = np.zeros(n)
+        # per group: unit free times, resident constants and their bytes, largest working
+        # set, reachability (bit h of reach[g] set iff g reaches h), sending groups
+        self.free: list[dict[str, list[float]]] = []
+        self.consts: list[set[int]] = []
+        self.wbytes: list[int] = []
+        self.wsmax: list[int] = []
+        self.reach: list[int] = []
+        self.reached_by: list[int] = []
+        self.sources: list[set[int]] = []
+        self.traffic: dict[tuple[int, int], float] = {}
+        # outputs held in a group's SRAM until every reader is placed; NoC and DRAM queues
+        self.held: list[int] = []
+        self.egress: list[float] = []
+        self.ingress: list[float] = []
+        self.dram_free = 0.0
+        self.reserved = 0
+        self.readers_left = [0] * n
+        for e in node_edges(lg):
+            for p in e:
+                self.readers_left[p] += 1
+
+    def open_group(self) -> int:
+        g = len(self.free)
+        self.free.append({k: [0.0] * u.count for k, u in self.target.units.items()})
+        self.consts.append(set())
+        self.wbytes.append(0)
+        self.wsmax.append(0)
+        self.reach.append(1 << g)
+        self.reached_by.append(1 << g)
+        self.sources.append(set())
+        self.held.append(0)
+        self.egress.append(0.0)
+        self.ingress.append(0.0)
+        return g
+
+    def best_group(self, t: Task, cands: list[int], preds: dict[int, float], tc: list[int], ws: int,
+                   remaining_w: int = 0):
+        """(key, group, start) of the candidate where ``t`` finishes first, or None.
+
+        Memory budget: the SRAM the groups reserve (resident weights plus largest working
+        set) plus the weights still to place must stay within 90% of all cores' SRAM; a
+        candidate that would break it is taken only if none keeps it, the one reserving
+        the least then.
+        """
+        lg = self.lg
+        pred_groups = {int(self.group[p]) for p in preds}
+        pmask = 0
+        for g in pred_groups:
+            pmask |= 1 << g
+        sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
+        in_bytes = _input_bytes(lg, t)
+        loaded = self.dram_free + in_bytes / self.dram if in_bytes else 0.0
+        best = None
+        thrifty = None
+        budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
+        self.rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
+        for g in cands:
+            local = [p for p in preds if self.group[p] == g]
+            remote = [p for p in preds if self.group[p] != g]
+            rbytes = sum(preds[p] for p in remote)
+            if g >= 0:
+                if self.acyclic and self.reach[g] & pmask & ~(1 << g):
+                    self.rejected["direction"] += 1
+                    continue  # g reaches a producer's group: a cycle
+                new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
+                mine = sum(preds[p] for p in local)  # held inputs are part of the working set
+                if self.wbytes[g] + new_w + max(self.wsmax[g], ws) + max(0, self.held[g] - mine) > self.cap:
+                    self.rejected["SRAM"] += 1
+                    continue
+                if len(self.sources[g] | (pred_groups - {g})) > self.streams:
+                    self.rejected["NoC buffers"] += 1
+                    continue
+                ingress = self.ingress[g]
+                unit_free = min(self.free[g][t.unit])
+                delta = new_w + max(0, ws - self.wsmax[g])
+            else:
+                if len(pred_groups) > self.streams:
+                    continue
+                ingress = 0.0
+                unit_free = 0.0
+                delta = sum(self.wsize[c] for c in tc) + ws
+            ready = max([self.end[p] for p in local] + [loaded], default=0.0)
+            if remote:
+                ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
+            st = max(ready, unit_free)
+            key = (st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
+            if delta <= budget and (best is None or key < best[0]):
+                best = (key, g, st)
+            if thrifty is None or (delta, key) < thrifty[0]:
+                thrifty = ((delta, key), g, st)
+        if best is None and thrifty is not None:
+            return (thrifty[0][1], thrifty[1], thrifty[2])
+        return best
+
+    def candidates(self, t: Task, preds: dict[int, float]) -> list[int]:
+        """The groups worth trying first: the producers' and the few whose unit of the
+        task's kind frees up first (O(k) with a partial sort, not O(k) evaluations)."""
+        opened = len(self.free)
+        if opened <= CANDIDATES:
+            return list(range(opened))
+        own = {int(self.group[p]) for p in preds}
+        free = np.fromiter((min(f[t.unit]) for f in self.free), np.float64, opened)
+        early = np.argpartition(free, CANDIDATES - 1)[:CANDIDATES]
+        room = np.array(self.wbytes) + np.array(self.wsmax) + np.array(self.held)
+        roomy = np.argpartition(room, CANDIDATES // 2 - 1)[:CANDIDATES // 2]
+        # groups already reserving a large working set take a large one for free
+        reserving = np.argpartition(-np.array(self.wsmax), CANDIDATES // 2 - 1)[:CANDIDATES // 2]
+        return sorted(own | {int(g) for g in early} | {int(g) for g in roomy} | {int(g) for g in reserving})
+
+    def run(self) -> Clustering:
+        lg, cap = self.lg, self.cap
+        edges = node_edges(lg)
+        total_work = sum(t.seconds for t in lg.tasks) or 1.0
+        done_work = 0.0
+        const_users: dict[int, int] = {}
+        for t in lg.tasks:
+            for c in lg.consts_of(t):
+                const_users[c] = const_users.get(c, 0) + 1
+        remaining_w = sum(self.wsize[c] for c in const_users)
+        for t in lg.tasks:
+            tc = lg.consts_of(t)
+            done_work += t.seconds
+            ws = lg.working_bytes(t)
+            own = sum(self.wsize[c] for c in tc)
+            if own + ws > cap:
+                raise CompileError("SRAM", "every core", own + ws, cap,
+                                   f"task '{t.name}' with its weights and working set")
+            preds = edges[t.id]
+            own_new = sum(self.wsize[c] for c in tc if const_users[c] == 1)
+            reserve = int(np.ceil(max(0, remaining_w - own_new) / (0.9 * cap)))
+            budget = int(np.ceil(self.k_max * min(1.0, self.spread * done_work / total_work)))
+            opened = len(self.free)
+            may_open = opened < self.k_max and opened < max(budget, 1) and self.k_max - opened - 1 >= reserve
+            rest = remaining_w - own_new
+            best = self.best_group(t, self.candidates(t, preds) + ([-1] if may_open else []), preds, tc, ws, rest)
+            if best is None and opened > len(self.candidates(t, preds)):
+                best = self.best_group(t, list(range(opened)) + ([-1] if may_open else []), preds, tc, ws, rest)
+            if best is None and not may_open and opened < self.k_max:
+                best = self.best_group(t, [-1], preds, tc, ws, rest)
+            if best is None:
+                self.fail(t, preds)
+            _, g, st = best
+            if g < 0:
+                g = self.open_group()
+            self.assign(t, g, st, tc, ws, preds)
+            for c in tc:
+                const_users[c] -= 1
+                if const_users[c] == 0:
+                    remaining_w -= self.wsize[c]
+        return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
+                          float(self.end.max(initial=0.0)))
+
+    def assign(self, t: Task, g: int, st: float, tc: list[int], ws: int, preds: dict[int, float]) -> None:
+        self.group[t.id] = g
+        self.start[t.id] = st
+        self.end[t.id] = st + t.seconds
+        units = self.free[g][t.unit]
+        units[units.index(min(units))] = self.end[t.id]
+        before = self.wbytes[g] + self.wsmax[g]
+        for c in tc:
+            if c not in self.consts[g]:
+                self.consts[g].add(c)
+                self.wbytes[g] += self.wsize[c]
+        self.wsmax[g] = max(self.wsmax[g], ws)
+        self.reserved += self.wbytes[g] + self.wsmax[g] - before
+        in_bytes = _input_bytes(self.lg, t)
+        if in_bytes:
+            self.dram_free += in_bytes / self.dram
+        remote_end = 0.0
+        for p, b in preds.items():
+            u = int(self.group[p])
+            self.readers_left[p] -= 1
+            if self.readers_left[p] == 0:
+                self.held[u] -= self._out_bytes(p)
+            if u != g:
+                self.sources[g].add(u)
+                self.traffic[(u, g)] = self.traffic.get((u, g), 0.0) + b
+                self.egress[u] = max(self.egress[u], self.end[p]) + b / self.link
+                remote_end = max(remote_end, self.egress[u])
+                if self.acyclic and not self.reach[u] >> g & 1:
+                    _connect(self.reach, self.reached_by, u, g)
+        self.ingress[g] = max(self.ingress[g], remote_end)
+        if self.readers_left[t.id] > 0:
+            self.held[g] += self._out_bytes(t.id)
+
+    def _out_bytes(self, t: int) -> int:
+        return sum(self.lg.phys[o].nbytes for o in self.lg.tasks[t].outputs)
+
+    def fail(self, t: Task, preds: dict[int, float]):
+        pred_groups = {int(self.group[p]) for p in preds}
+        target = self.target
+        if len(pred_groups) > self.streams:
+            raise CompileError("NoC buffers", "every core", len(pred_groups) * target.noc_stream_buffer_bytes,
+                               target.noc_buffer_bytes, f"task '{t.name}' reads from {len(pred_groups)} cores")
+        need = _cores_needed(self.lg, target)
+        why = ", ".join(f"{v} by {k}" for k, v in self.rejected.items() if v)
+        raise CompileError("core count", f"target '{target.name}'", max(need, self.k_max + 1), self.k_max,
+                           f"no core can take task '{t.name}'" + (f": cores refused {why}" if why else ""))
+
+
+def _connect(reach: list[int], reached_by: list[int], u: int, g: int) -> None:
+    """Add the group edge u -> g to the reachability bitsets. O(k) big-int operations."""
+    add = reach[g]
+    src = reached_by[u]
+    w = src
+    while w:
+        low = w & -w
+        i = low.bit_length() - 1
+        reach[i] |= add
+        w ^= low
+    w = add
+    while w:
+        low = w & -w
+        i = low.bit_length() - 1
+        reached_by[i] |= src
+        w ^= low
+
+
+def _cores_needed(lg: LoweredGraph, target: Target) -> int:
+    """A lower bound on the cores the resident weights need (their total over the SRAM)."""
+    total = sum(p.nbytes for p in lg.phys if p.kind == "const")
+    return int(np.ceil(total / target.sram_bytes))
+
+
+def place_on_mesh(clustering: Clustering, target: Target, seed: int = 0, effort: int = 1) -> list[tuple[int, int]]:
+    """Core ``(x, y)`` of every group, by the M4 placement kernels (module docstring).
+
+    ``effort`` scales the force-directed iterations and annealing steps. Cost: O(W^2 H^2)
+    for the region, O((k + nnz) log k) for the bisection, O(steps * degree) for the swaps.
+    """
+    from corefold.mapping.objectives import hop_distance_matrix
+    from corefold.mapping.place.force import improve_placement
+    from corefold.mapping.place.initial import choose_region, place_groups
+
+    k = clustering.groups
+    usable = np.array(target.usable_cores, np.int64).reshape(-1, 2)
+    if k == 0:
+        return []
+    rows, cols, vals = [], [], []
+    for (a, b), w in clustering.traffic.items():
+        rows += [a, b]
+        cols += [b, a]
+        vals += [w, w]
+    q = sp.csr_matrix((np.array(vals, np.float64), (np.array(rows, np.int64), np.array(cols, np.int64))),
+                      shape=(k, k))
+    q.sum_duplicates()
+    rng = np.random.default_rng(seed)
+    slots = choose_region(usable, k, target.width, target.height, target.mesh_width, target.mesh_height,
+                          target.interchip_hop_cost)
+    grid = np.full((target.height, target.width), -1, np.int64)
+    grid[usable[:, 1], usable[:, 0]] = np.arange(usable.shape[0])
+    pos = grid[slots[:, 1], slots[:, 0]][place_groups(q, slots, rng, restarts=2)]
+    dist = hop_distance_matrix(usable, target.mesh_width, target.mesh_height, target.interchip_hop_cost)
+    if q.nnz:
+        improve_placement(q, pos, usable, dist, target.width, target.height, rng, iterations=20 * effort,
+                          swap_passes=3, anneal_steps=200 * k * effort, anneal_work=2e6 * effort)
+    return [(int(usable[p, 0]), int(usable[p, 1])) for p in pos]

@@ -1,0 +1,514 @@
+"""Step 3 of lowering, *Plan SRAM*: per core, the events in program order and the buffers.
+
+Events (proto-instructions) per core, sorted by ``(position, stage, sequence)`` where the
+position is a task's place in one global topological order:
+
+* before task ``t``: the transfers that assemble each input that is not already one box
+  of a tensor in this core's SRAM (a DMA load from DRAM, a copy from a local tensor or a
+  resident weight);
+* ``t``'s compute, then the sends of its outputs to the cores that read them and the DMA
+  stores of graph outputs;
+* a receive sits before the task that reads it, and the sending core keeps the sent
+  buffer until that position (a *hold* event, no instruction), so that no wait points at
+  later work (the executable's deadlock argument).
+
+Buffers: one resident buffer per (core, constant) from address 0; one per task output;
+one per assembled input (shared by the tasks of a core that read the same pieces). An
+activation buffer lives from its first to its last event; offsets come from
+:func:`~corefold.backend.alloc.allocate` (lowest free address among the buffers whose lifetimes
+overlap, :mod:`.alloc`). When the live bytes exceed the SRAM left by the weights, :func:`spill` stores
+the live buffer whose next use is farthest (Belady) to DRAM after its last use before the
+peak and reloads it before its next use, until the peak fits.
+
+Cost: O(E log E) events per core to sort, O(B^2) for the allocation of B buffers, O(S * E)
+for S spills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corefold.backend.boxes import Piece, Shape, prod
+from corefold.backend.executable import ALIGNMENT, Core
+from corefold.backend.lgraph import LoweredGraph, Operand
+from corefold.errors import CompileError
+
+#: In-place concatenation only for a piece read by nothing else, computed right before.
+STRICT_ALIAS = True
+
+#: A view of a planned buffer: (buffer id, shape, start, extent).
+BView = tuple[int, Shape, Shape, Shape]
+
+
+@dataclass
+class PBuffer:
+    """A planned SRAM buffer."""
+
+    id: int
+    core: Core
+    shape: Shape
+    dtype: np.dtype
+    kind: str  # "weight" or "activation"
+    name: str
+    phys: int | None = None
+    offset: int = -1
+    nbytes: int = field(init=False)
+
+    def __post_init__(self):
+        self.nbytes = prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass
+class Event:
+    """A proto-instruction of one core: ``kind`` is compute, load, store, copy, send, recv,
+    signal, wait or hold (no instruction: keeps a sent buffer until the reader's position);
+    ``reads`` and ``writes`` are views of planned buffers; DRAM sides name a region key
+    (``("input", i)``, ``("output", i)``, ``("spill", ...)``, ``("stage", ...)``) and a view
+    of it; ``after`` lists events of the same core it must follow (beyond data)."""
+
+    key: tuple
+    kind: str
+    task: int | None = None
+    reads: list[BView | None] = field(default_factory=list)
+    writes: list[BView] = field(default_factory=list)
+    region: tuple | None = None
+    region_view: tuple[Shape, Shape, Shape] | None = None
+    peer: Core | None = None
+    tag: int | None = None
+    after: list = field(default_factory=list)
+
+
+@dataclass
+class CorePlan:
+    core: Core
+    events: list[Event]
+    buffers: list[int]
+
+
+@dataclass
+class Plan:
+    """Every core's events and buffers, and the DRAM regions (key -> (shape, dtype, name, core))."""
+
+    cores: dict[Core, CorePlan]
+    buffers: list[PBuffer]
+    regions: dict[tuple, tuple[Shape, np.dtype, str, Core]]
+    tags: int
+
+
+def _piece_view(p: Piece) -> tuple[Shape, Shape, Shape]:
+    return p.src_shape, p.src_start, p.extent
+
+
+class Planner:
+    """Builds the events and buffers of every core (module docstring)."""
+
+    def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
+                 threshold: int, sram: int | None = None):
+        self.threshold = threshold
+        self.sram = sram if sram is not None else threshold
+        self.lg = lg
+        self.core_of = core_of_task
+        self.pos = position
+        self.io_core = io_core
+        self.buffers: list[PBuffer] = []
+        self.events: dict[Core, list[Event]] = {}
+        self.home: dict[int, BView] = {}  # op output -> its view in its core's SRAM
+        self.weight_buf: dict[tuple[Core, int], int] = {}
+        self.assembled: dict[tuple, int] = {}
+        self.regions: dict[tuple, tuple[Shape, np.dtype, str, Core]] = {}
+        self.tags = 0
+        self.seq = 0
+        self.writers: dict[tuple, dict[Core, list[Event]]] = {}
+        self.signals: dict[tuple, int] = {}
+
+    def buffer(self, core: Core, shape: Shape, dtype: np.dtype, kind: str, name: str, phys: int | None = None) -> int:
+        b = PBuffer(len(self.buffers), core, tuple(shape), np.dtype(dtype), kind, name, phys)
+        self.buffers.append(b)
+        return b.id
+
+    def add(self, core: Core, ev: Event) -> Event:
+        self.seq += 1
+        ev.key = ev.key + (self.seq,)
+        self.events.setdefault(core, []).append(ev)
+        return ev
+
+    def weight(self, core: Core, phys: int) -> int:
+        key = (core, phys)
+        if key not in self.weight_buf:
+            ph = self.lg.phys[phys]
+            self.weight_buf[key] = self.buffer(core, ph.shape, ph.dtype, "weight", ph.name, phys)
+        return self.weight_buf[key]
+
+    def view(self, core: Core, p: Piece) -> BView | None:
+        """The view of piece ``p``'s source in ``core``'s SRAM, if it is there already."""
+        ph = self.lg.phys[p.phys]
+        if ph.kind == "const":
+            return (self.weight(core, p.phys), *_piece_view(p))
+        if ph.kind != "op" or self.core_of[ph.task] != core:
+            return None
+        return self.home_view(p)
+
+    def home_view(self, p: Piece) -> BView:
+        b, shape, start, extent = self.home[p.phys]
+        if tuple(extent) == tuple(shape):  # its own buffer: any reinterpretation
+            return (b, *_piece_view(p))
+        # a box of another buffer (written in place of a concatenation): same coordinates
+        return (b, shape, tuple(a + s for a, s in zip(start, p.src_start, strict=True)), p.extent)
+
+    def direct(self, core: Core, o: Operand) -> BView | None:
+        whole = o.whole_piece()
+        return self.view(core, whole) if whole is not None else None
+
+    def operand(self, core: Core, at: int, o: Operand, into: BView | None = None) -> BView:
+        """The view a task on ``core`` at position ``at`` reads ``o`` from, with the events
+        that assemble it (into ``into`` when given: a gather)."""
+        if into is None:
+            d = self.direct(core, o)
+            if d is not None:
+                return d
+            key = (core, o.shape, o.pieces)
+            if key not in self.assembled:
+                self.assembled[key] = self.buffer(core, o.shape, o.dtype, "activation", self._name(o))
+            b = self.assembled[key]
+            if key in self.done:
+                return (b, o.shape, (0,) * len(o.shape), o.shape)
+            self.done.add(key)
+        else:
+            b = into[0]
+        for p in o.pieces:
+            dst = (b, o.shape, p.dst_start, p.extent)
+            ph = self.lg.phys[p.phys]
+            src_local = self.view(core, p)
+            if src_local is not None:
+                if src_local != dst:  # else computed in place
+                    self.add(core, Event((at, 0), "copy", reads=[src_local], writes=[dst]))
+            elif ph.kind == "input":
+                self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
+                self.add(core, Event((at, 0), "load", writes=[dst], region=("input", p.phys),
+                                     region_view=_piece_view(p)))
+            elif ph.kind == "staged":
+                waits = [self.add(core, Event((at, 0), "wait", peer=w, tag=self.signal(w, core, p.phys)))
+                         for w in self.write_region(("staged", p.phys), ph.source, ph.name)]
+                self.add(core, Event((at, 0), "load", writes=[dst], region=("staged", p.phys),
+                                     region_view=_piece_view(p), after=waits))
+            else:
+                src_core = self.core_of[ph.task]
+                tag = self.tags
+                self.tags += 1
+                src = self.home_view(p)
+                self.add(src_core, Event((self.pos[ph.task], 2), "send", reads=[src], peer=core, tag=tag))
+                # NOTE: the sender keeps the data's buffer until the receiver's position
+                # (a "hold", no instruction): then no wait points at later work (deadlock-free)
+                self.add(src_core, Event((at, 5), "hold", reads=[src], tag=tag))
+                self.add(core, Event((at, 0), "recv", writes=[dst], peer=src_core, tag=tag))
+        return (b, o.shape, (0,) * len(o.shape), o.shape)
+
+    def write_region(self, key: tuple, o: Operand, name: str) -> list[Core]:
+        """Store every piece of ``o`` into DRAM region ``key`` (once per region), each from
+        the core that holds it; returns the cores that write it."""
+        if key in self.writers:
+            return list(self.writers[key])
+        lg = self.lg
+        self.region(key, o.shape, o.dtype, name, self.io_core)
+        stores: dict[Core, list[Event]] = {}
+        for p in o.pieces:
+            ph = lg.phys[p.phys]
+            if ph.kind == "op":
+                core, at = self.core_of[ph.task], self.pos[ph.task]
+                src = self.home_view(p)
+            elif ph.kind == "staged":
+                raise CompileError("SRAM", "every core", o.nbytes, self.threshold,
+                                   f"tensor '{name}' is assembled from another tensor assembled in DRAM")
+            else:
+                core, at = self.io_core, len(lg.tasks)
+                if ph.kind == "const":
+                    src = (self.weight(core, p.phys), *_piece_view(p))
+                else:
+                    tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
+                    self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
+                    self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
+                                         region=("input", p.phys), region_view=_piece_view(p)))
+                    src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
+            ev = self.add(core, Event((at, 3), "store", reads=[src], region=key,
+                                      region_view=(o.shape, p.dst_start, p.extent)))
+            stores.setdefault(core, []).append(ev)
+        self.writers[key] = stores
+        return list(stores)
+
+    def signal(self, writer: Core, reader: Core, phys: int) -> int:
+        """The tag of the signal ``writer`` sends ``reader`` once its stores of staged
+        tensor ``phys`` completed (made once per pair)."""
+        key = (writer, reader, phys)
+        if key not in self.signals:
+            stores = self.writers[("staged", phys)][writer]
+            tag = self.tags
+            self.tags += 1
+            last = max(ev.key for ev in stores)
+            self.add(writer, Event((last[0], 4), "signal", peer=reader, tag=tag, after=list(stores)))
+            self.signals[key] = tag
+        return self.signals[key]
+
+    def _name(self, o: Operand) -> str:
+        names = dict.fromkeys(self.lg.phys[p.phys].name for p in o.pieces)
+        return "+".join(list(names)[:3]) + ("+..." if len(names) > 3 else "")
+
+    def region(self, key: tuple, shape: Shape, dtype: np.dtype, name: str, core: Core) -> None:
+        self.regions.setdefault(key, (tuple(shape), np.dtype(dtype), name, core))
+
+    def _homes(self) -> None:
+        """A buffer for every task output, or a box of the buffer where a task of its core
+        assembles a concatenation that contains it whole (computed in place, no copy)."""
+        lg = self.lg
+        shapes: dict[int, set] = {}
+        readers: dict[int, int] = {}
+        operands = [o for t in lg.tasks for o in t.inputs if o is not None] + [o for _, o in lg.outputs]
+        operands += [ph.source for ph in lg.phys if ph.source is not None]
+        for o in operands:
+            for p in o.pieces:
+                shapes.setdefault(p.phys, set()).add(p.src_shape)
+            for ph in {p.phys for p in o.pieces}:
+                readers[ph] = readers.get(ph, 0) + 1
+        on_core: dict[Core, list[int]] = {}
+        consts: dict[Core, set[int]] = {}
+        for t in lg.tasks:
+            on_core.setdefault(self.core_of[t.id], []).append(self.pos[t.id])
+            consts.setdefault(self.core_of[t.id], set()).update(lg.consts_of(t))
+        room = {c: min(self.threshold, self.sram - sum(lg.phys[k].nbytes for k in ks)) for c, ks in consts.items()}
+        gathered = {t.outputs[0] for t in lg.tasks if t.is_gather}
+        for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
+            if t.is_gather:
+                continue
+            core = self.core_of[t.id]
+            for o in t.inputs:
+                if o is None or len(o.pieces) < 2:
+                    continue
+                key = (core, o.shape, o.pieces)
+                if key in self.assembled:
+                    continue
+                b = self.assembled[key] = self.buffer(core, o.shape, o.dtype, "activation", self._name(o))
+                for p in o.pieces:
+                    ph = lg.phys[p.phys]
+                    # NOTE: in place only when it costs no memory: the piece is read by this
+                    # assembly alone, right after it is computed
+                    if (ph.kind == "op" and p.phys not in self.home and p.phys not in gathered
+                            and self.core_of[ph.task] == core
+                            and (not STRICT_ALIAS or (readers[p.phys] == 1 and not any(
+                                self.pos[ph.task] < q < self.pos[t.id] for q in on_core[core])))
+                            and tuple(p.extent) == ph.shape and shapes[p.phys] == {ph.shape}
+                            and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= room[core]):
+                        self.home[p.phys] = (b, o.shape, p.dst_start, p.extent)
+        for t in lg.tasks:
+            for ph in t.outputs:
+                if ph not in self.home:
+                    p = lg.phys[ph]
+                    b = self.buffer(self.core_of[t.id], p.shape, p.dtype, "activation", p.name, ph)
+                    self.home[ph] = (b, p.shape, (0,) * len(p.shape), p.shape)
+
+    def run(self) -> Plan:
+        lg = self.lg
+        self.done: set = set()
+        self._homes()
+        for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
+            core = self.core_of[t.id]
+            at = self.pos[t.id]
+            if t.is_gather:
+                self.operand(core, at, t.inputs[0], into=self.home[t.outputs[0]])
+                continue
+            reads = [self.operand(core, at, o) if o is not None else None for o in t.inputs]
+            writes = [self.home[ph] for ph in t.outputs]
+            self.add(core, Event((at, 1), "compute", task=t.id, reads=reads, writes=writes))
+            for c in t.control:
+                src_core = self.core_of[c]
+                if src_core != core:
+                    tag = self.tags
+                    self.tags += 1
+                    sig = self.add(src_core, Event((self.pos[c], 2), "signal", peer=core, tag=tag))
+                    self.add(core, Event((at, 0), "wait", peer=src_core, tag=tag))
+                    del sig
+        for i, (name, o) in enumerate(lg.outputs):
+            self.write_region(("output", i), o, name)
+        cores: dict[Core, CorePlan] = {}
+        for core in sorted(self.events, key=lambda c: (c[1], c[0])):
+            evs = sorted(self.events[core], key=lambda e: e.key)
+            bufs = sorted({b.id for b in self.buffers if b.core == core})
+            cores[core] = CorePlan(core, evs, bufs)
+        return Plan(cores, self.buffers, self.regions, self.tags)
+
+
+# -- liveness, spilling and allocation ---------------------------------------------------------------
+def _accesses(ev: Event) -> list[int]:
+    return [v[0] for v in ev.reads if v is not None] + [v[0] for v in ev.writes]
+
+
+def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
+    """Activation buffer -> (first, last) event index on its core."""
+    life: dict[int, tuple[int, int]] = {}
+    for i, ev in enumerate(cp.events):
+        for b in _accesses(ev):
+            if plan.buffers[b].kind != "activation":
+                continue
+            lo, _ = life.get(b, (i, i))
+            life[b] = (lo, i)
+    return life
+
+
+def aligned(n: int) -> int:
+    """``n`` rounded up to :data:`~corefold.backend.executable.ALIGNMENT`."""
+    return -(-n // ALIGNMENT) * ALIGNMENT
+
+
+def pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray:
+    """Aligned live bytes at each of the ``n`` events of a core, given ``life`` from
+    :func:`lifetimes`. O(B + n)."""
+    delta = np.zeros(n + 1, np.int64)
+    for b, (lo, hi) in life.items():
+        size = aligned(plan.buffers[b].nbytes)
+        delta[lo] += size
+        delta[hi + 1] -= size
+    return np.cumsum(delta)[:n]
+
+
+def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000,
+          limits: dict[int, int] | None = None) -> int:
+    """Move activation buffers of ``cp`` out of SRAM until its live bytes fit ``avail``;
+    return how many moves it took (module docstring).
+
+    At the peak, the live buffer not used there whose next use is farthest goes: a buffer
+    kept for a send (a hold) is *staged*: stored to DRAM once, each send becomes a signal
+    and each receiving core waits for it and loads its box from DRAM; any other buffer is
+    stored after its last use before the peak and reloaded into a new buffer before its
+    next use.
+
+    ``limits`` lowers the bytes allowed at some events (keyed by ``id(event)``), where the
+    allocator found no room at ``avail``.
+
+    Raises:
+        CompileError: SRAM, when the buffers one event needs at once exceed ``avail``.
+    """
+    spills = 0
+    best_peak, stalled = None, 0
+    limits = limits or {}
+    while spills < max_spills:
+        life = lifetimes(plan, cp)
+        if not life:
+            return spills
+        load = pressure(plan, life, len(cp.events))
+        cap = np.array([limits.get(id(ev), avail) for ev in cp.events], np.int64)
+        peak_at = int(np.argmax(load - cap))
+        if load[peak_at] <= cap[peak_at]:
+            return spills
+        over = int(load[peak_at] - cap[peak_at])
+        if best_peak is None or over < best_peak:
+            best_peak, stalled = over, 0
+        else:
+            stalled += 1
+            if stalled > 8:
+                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
+                                   int(cap[peak_at]) + weights, "weights and the buffers a step needs at once")
+        uses: dict[int, list[int]] = {}
+        for i, ev in enumerate(cp.events):
+            for b in _accesses(ev):
+                uses.setdefault(b, []).append(i)
+        best = None
+        at = cp.events[peak_at]
+        copied = at.reads[0][0] if at.kind == "copy" and at.writes[0][0] != at.reads[0][0] else None
+        for b, (lo, hi) in life.items():
+            if b == copied and lo < peak_at:
+                # the copy out of b becomes a load from DRAM once b is stored: b is gone by then
+                later = [i for i in uses[b] if i >= peak_at]
+            elif not lo < peak_at < hi or peak_at in uses[b]:
+                continue
+            else:
+                later = [i for i in uses[b] if i > peak_at]
+            held = [i for i in later if cp.events[i].kind == "hold"]
+            plain = [i for i in later if cp.events[i].kind != "hold"]
+            nxt = plain[0] if plain else len(cp.events) + 1
+            move = "stage" if held else "split"
+            score = (nxt - peak_at, plan.buffers[b].nbytes)
+            if best is None or score > best[0]:
+                before = max(i for i in uses[b] if i < peak_at)
+                best = (score, b, move, before, nxt)
+        if best is None:
+            raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
+                               int(cap[peak_at]) + weights, "weights and the buffers one step needs")
+        _, b, move, before, nxt = best
+        if move == "stage":
+            _stage(plan, cp, b, peak_at)
+        else:
+            _split_lifetime(plan, cp, b, before, nxt)
+        spills += 1
+    raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights, avail + weights,
+                       f"still over after {max_spills} spills")
+
+
+def _stage(plan: Plan, cp: CorePlan, b: int, peak_at: int) -> None:
+    """Send buffer ``b``'s data through DRAM instead of holding it for the receivers
+    whose holds lie after ``peak_at`` (see :func:`spill`)."""
+    buf = plan.buffers[b]
+    holds = {ev.tag for ev in cp.events[peak_at:] if ev.kind == "hold" and ev.reads[0][0] == b}
+    key = ("stage", b)
+    plan.regions[key] = (buf.shape, buf.dtype, buf.name, cp.core)
+    zero = (0,) * len(buf.shape)
+    events: list[Event] = []
+    store = None
+    for ev in cp.events:
+        if ev.kind == "hold" and ev.tag in holds:
+            continue
+        if ev.kind == "send" and ev.tag in holds:
+            if store is None:
+                store = Event(ev.key + (-0.5,), "store", reads=[(b, buf.shape, zero, buf.shape)], region=key,
+                              region_view=(buf.shape, zero, buf.shape))
+                events.append(store)
+            events.append(Event(ev.key, "signal", peer=ev.peer, tag=ev.tag, after=[store]))
+            _receive_from_dram(plan, ev, key)
+            continue
+        events.append(ev)
+    cp.events = events
+
+
+def _receive_from_dram(plan: Plan, send: Event, key: tuple) -> None:
+    """On the receiving core, the recv of ``send`` becomes a wait and a DMA load."""
+    peer = plan.cores[send.peer]
+    out: list[Event] = []
+    for ev in peer.events:
+        if ev.kind == "recv" and ev.tag == send.tag:
+            wait = Event(ev.key, "wait", peer=ev.peer, tag=ev.tag)
+            out.append(wait)
+            out.append(Event(ev.key + (0.5,), "load", writes=ev.writes, region=key,
+                             region_view=tuple(send.reads[0][1:]), after=[wait]))
+        else:
+            out.append(ev)
+    peer.events = out
+
+
+def _split_lifetime(plan: Plan, cp: CorePlan, b: int, before: int, after: int) -> None:
+    """Store buffer ``b`` after event ``before``; from event ``after`` on, a copy out of it
+    becomes a DMA load from DRAM straight into the copy's destination, and any other use
+    reads a new buffer reloaded just before the first such use."""
+    buf = plan.buffers[b]
+    key = ("spill", b, before)
+    plan.regions[key] = (buf.shape, buf.dtype, buf.name, cp.core)
+    zero = (0,) * len(buf.shape)
+    store = Event(cp.events[before].key + (0.5,), "store", reads=[(b, buf.shape, zero, buf.shape)], region=key,
+                  region_view=(buf.shape, zero, buf.shape))
+    tail: list[Event] = []
+    nb = None
+    for ev in cp.events[after:]:
+        uses_b = any(v is not None and v[0] == b for v in ev.reads) or any(v[0] == b for v in ev.writes)
+        if ev.kind == "copy" and ev.reads[0][0] == b:
+            tail.append(Event(ev.key, "load", writes=ev.writes, region=key, region_view=tuple(ev.reads[0][1:]),
+                              after=[store] + ev.after))
+            continue
+        if uses_b and nb is None:
+            nb = PBuffer(len(plan.buffers), cp.core, buf.shape, buf.dtype, "activation", buf.name, buf.phys)
+            plan.buffers.append(nb)
+            cp.buffers.append(nb.id)
+            tail.append(Event(ev.key[:-1] + (-0.5,), "load", writes=[(nb.id, buf.shape, zero, buf.shape)],
+                              region=key, region_view=(buf.shape, zero, buf.shape), after=[store]))
+        if nb is not None:
+            ev.reads = [(nb.id, *v[1:]) if v is not None and v[0] == b else v for v in ev.reads]
+            ev.writes = [(nb.id, *v[1:]) if v[0] == b else v for v in ev.writes]
+        tail.append(ev)
+    cp.events = cp.events[:before + 1] + [store] + cp.events[before + 1:after] + tail

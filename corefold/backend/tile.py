@@ -1,0 +1,331 @@
+"""Step 1 of lowering, *Tile*: a private copy of the graph whose every operator fits a core.
+
+1. :func:`copy_graph`: lowering never changes the caller's graph.
+2. :func:`fuse_integer` (quantized QDQ models only): every pattern ``DequantizeLinear ->
+   op [-> Relu] -> QuantizeLinear`` that :class:`~corefold.passes.quantize.integer.IntegerRunner`
+   computes in integers becomes one node of domain :data:`INTEGER_DOMAIN` on the integer
+   tensors, its quantization in ``meta["quant"]`` (a :class:`QuantOp`); the weight
+   DequantizeLinear nodes it consumed disappear. A fused node that does not fit a core is
+   cut here, along the split pass's axes (``choose_split``) but never over a reduced
+   dimension, slicing per-channel scales with their weights; a pattern that could only be
+   cut over a reduced dimension is left in float QDQ form.
+3. :func:`corefold.passes.split.split_graph` cuts every other operator (M3 §7).
+
+Complexity: O(V + E) for the copy and the fusion, plus the split pass's O(V * pieces).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corefold.backend.executable import QuantOp, QuantTensor
+from corefold.errors import CapacityError, CompileError, InternalError, UnsupportedOpError
+from corefold.ir import Graph, Node, Value
+from corefold.passes.split import split_graph
+from corefold.passes.split.rules import candidate_axes
+from corefold.passes.split.split import JOIN_META, choose_split, touched_bytes
+from corefold.target import Target
+
+#: Domain of the fused integer nodes (never exported: they exist only inside lowering).
+INTEGER_DOMAIN = "corefold.int"
+
+
+def copy_graph(graph: Graph) -> Graph:
+    """A structural copy: new values and nodes (names, attrs, meta, control edges kept);
+    constant arrays are shared, never written. O(V + E)."""
+    g = Graph(graph.name)
+    g.opset = graph.opset
+    g.metadata = dict(graph.metadata)
+    vmap: dict[int, Value] = {}
+    for v in graph.inputs:
+        vmap[id(v)] = g.add_input(v.name, v.shape, v.dtype)
+    for name, v in graph.constants.items():
+        c = g.add_constant(name, v.const)
+        if c.name != name:
+            raise InternalError(f"copy of constant '{name}' was renamed '{c.name}'")
+        vmap[id(v)] = c
+    nmap: dict[Node, Node] = {}
+    for n in graph.nodes:
+        outs = [Value(o.name, o.shape, o.dtype) for o in n.outputs]
+        m = Node(n.op_type, [vmap[id(v)] if v is not None else None for v in n.inputs], outs, dict(n.attrs),
+                 name=n.name, domain=n.domain)
+        m.meta = dict(n.meta)
+        g.add_node(m)
+        for o, c in zip(n.outputs, outs, strict=True):
+            vmap[id(o)] = c
+        nmap[n] = m
+    for n in graph.nodes:
+        for p in n.control_preds:
+            g.add_control_edge(nmap[p], nmap[n])
+    g.outputs = [vmap[id(v)] for v in graph.outputs]
+    return g
+
+
+def is_quantized(graph: Graph) -> bool:
+    """Whether the graph has QuantizeLinear nodes (a QDQ model)."""
+    return any(n.op_type == "QuantizeLinear" for n in graph.nodes)
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None or v.const is None else v.const
+
+
+def _quant_tensor(scale: np.ndarray, zp: np.ndarray | None, axis: int | None, dtype: np.dtype) -> QuantTensor:
+    scale = np.asarray(scale)
+    z = np.zeros(scale.shape, dtype) if zp is None else np.asarray(zp)
+    return QuantTensor(scale, z, axis if scale.ndim else None, np.dtype(dtype).name)
+
+
+def _dq_params(dq: Node) -> QuantTensor | None:
+    """The quantization of a DequantizeLinear's input, if its scale and zero point are constants."""
+    scale = _const(dq.inputs[1])
+    zp_v = dq.inputs[2] if len(dq.inputs) > 2 else None
+    zp = _const(zp_v)
+    if scale is None or (zp_v is not None and zp is None):
+        return None
+    return _quant_tensor(scale, zp, int(dq.attrs.get("axis", 1)), dq.inputs[0].dtype)
+
+
+def fuse_integer(graph: Graph, threshold: int) -> int:
+    """Fuse the integer patterns of a QDQ graph in place (module docstring); return how many.
+
+    Raises:
+        UnsupportedOpError: never for a pattern; patterns that cannot be fused stay float.
+    """
+    from corefold.passes.quantize.integer import IntegerRunner
+
+    runner = IntegerRunner(graph)
+    fused = 0
+    outputs = set(map(id, graph.outputs))
+    for q, (src, act) in list(runner.plan.items()):
+        ins: list[Value | None] = []
+        qins: list[QuantTensor | None] = []
+        ok = True
+        for v in src.inputs:
+            if v is None:
+                ins.append(None)
+                qins.append(None)
+            elif np.issubdtype(v.dtype, np.floating):
+                qt = _dq_params(v.producer)
+                if qt is None:
+                    ok = False
+                    break
+                ins.append(v.producer.inputs[0])
+                qins.append(qt)
+            else:
+                ins.append(v)
+                qins.append(None)
+        out_scale = _const(q.inputs[1])
+        zp_v = q.inputs[2] if len(q.inputs) > 2 else None
+        if not ok or out_scale is None or np.asarray(out_scale).ndim or (zp_v is not None and _const(zp_v) is None):
+            continue
+        out_dtype = q.outputs[0].dtype
+        quant = QuantOp(tuple(qins), _quant_tensor(out_scale, _const(zp_v), None, out_dtype),
+                        "Relu" if act is not None else None)
+        y = q.outputs[0]
+        probe = Node(src.op_type, ins, [Value("probe", y.shape, y.dtype)], dict(src.attrs))
+        fits = touched_bytes(probe) <= threshold
+        if not fits:
+            try:
+                fits = not choose_split(probe, threshold)[0].reduce
+            except CapacityError:
+                fits = False
+        probe.detach_inputs()
+        if not fits:
+            continue  # NOTE: only a cut over a reduced dimension would fit: stays float QDQ
+        tmp = Value("__fused", y.shape, y.dtype)
+        graph.replace_all_uses(y, tmp)
+        for n in [q] + ([act] if act is not None else []) + [src]:
+            if n.graph is graph and all(not o.uses() and id(o) not in outputs for o in n.outputs):
+                graph.remove_node(n)
+        node = Node(src.op_type, ins, [y], dict(src.attrs), name=src.name + "_int", domain=INTEGER_DOMAIN)
+        node.meta["quant"] = quant
+        graph.add_node(node)
+        graph.replace_all_uses(tmp, y)
+        outputs = set(map(id, graph.outputs))
+        fused += 1
+    _remove_dead(graph)
+    order = graph.topological_order()
+    graph.reorder(order)
+    fused_nodes = [n for n in graph.nodes if n.domain == INTEGER_DOMAIN]
+    for n in fused_nodes:
+        _cut_fused(graph, n, threshold)
+    graph.sort()
+    return fused
+
+
+def _remove_dead(graph: Graph) -> None:
+    """Drop nodes whose outputs nobody reads (the consumed DequantizeLinear nodes), then
+    constants nobody reads. O(V + E)."""
+    outputs = set(map(id, graph.outputs))
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(graph.nodes):
+            if n.op_type == "DequantizeLinear" and all(not o.uses() and id(o) not in outputs for o in n.outputs):
+                graph.remove_node(n)
+                changed = True
+    dead = [k for k, v in graph.constants.items() if not v.uses() and id(v) not in outputs]
+    for k in dead:
+        graph.remove_constant(k)
+
+
+def _slice_quant(qt: QuantTensor | None, rank: int, axis: int, s: int, e: int) -> QuantTensor | None:
+    """A per-axis quantization cut with its tensor on ``axis`` (unchanged otherwise)."""
+    if qt is None or qt.axis is None or qt.scale.ndim == 0 or qt.axis % rank != axis:
+        return qt
+    return QuantTensor(qt.scale[s:e], qt.zero_point[s:e], qt.axis, qt.dtype)
+
+
+def _weight_bytes(node: Node) -> int:
+    return sum(v.nbytes for v in dict.fromkeys(v for v in node.inputs if v is not None and v.is_constant))
+
+
+def _weight_axis(node: Node):
+    """The first split axis (preference order, never a reduced dimension) that cuts the
+    node's weights, or None."""
+    axes, _ = candidate_axes(node)
+    for ax in axes:
+        if not ax.reduce and any(m is not None and v is not None and v.is_constant
+                                 for v, m in zip(node.inputs, ax.inputs, strict=False)):
+            return ax
+    return None
+
+
+def cut_weights(graph: Graph, max_weight: int) -> int:
+    """Cut every operator whose weights exceed ``max_weight`` bytes along its weights'
+    output axis into pieces of at most that much weight (resident weights then pack
+    into the cores' SRAM around the activations); return how many were cut. O(pieces)."""
+    cut = 0
+    for node in list(graph.nodes):
+        w = _weight_bytes(node)
+        if w <= max_weight:
+            continue
+        ax = _weight_axis(node)
+        if ax is None:
+            continue
+        k = min(ax.extent, -(-w // max_weight))
+        if k >= 2:
+            _cut(graph, node, threshold=None, forced=(ax, k))
+            cut += 1
+    return cut
+
+
+def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
+    _cut(graph, node, threshold)
+
+
+def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
+    """Cut a node (a fused integer node keeps its quantization, sliced with its tensors)
+    until every piece fits ``threshold`` bytes, never over a reduced dimension (split
+    rules of :mod:`corefold.passes.split.rules`); ``forced`` gives the axis and piece count
+    of the first cut instead. O(pieces)."""
+    if forced is not None:
+        ax, k = forced
+    else:
+        if touched_bytes(node) <= threshold:
+            return
+        try:
+            ax, k = choose_split(node, threshold)
+        except CapacityError as exc:
+            raise CompileError("SRAM", "every core", touched_bytes(node), threshold, str(exc)) from None
+        if ax.reduce:
+            raise UnsupportedOpError(f"integer node '{node.name}' can only be cut over a reduced dimension")
+    quant: QuantOp | None = node.meta.get("quant")
+    pieces: list[Node] = []
+    slices: dict[tuple[int, int, int, int], Value] = {}
+    for j in range(k):
+        s, e = j * ax.extent // k, (j + 1) * ax.extent // k
+        ins: list[Value | None] = []
+        qins: list[QuantTensor | None] = []
+        qts = quant.inputs if quant is not None else (None,) * len(node.inputs)
+        for v, m, qt in zip(node.inputs, list(ax.inputs) + [None] * len(node.inputs), qts, strict=False):
+            if v is None or m is None:
+                ins.append(v)
+                qins.append(qt)
+                continue
+            a, sc = m
+            lo, hi = s * sc, e * sc
+            qins.append(_slice_quant(qt, len(v.shape), a, lo, hi))
+            if lo == 0 and hi == v.shape[a]:
+                ins.append(v)
+            elif v.is_constant:
+                idx = [slice(None)] * len(v.shape)
+                idx[a] = slice(lo, hi)
+                ins.append(graph.add_constant(f"{v.name}_{a}_{lo}_{hi}", np.ascontiguousarray(v.const[tuple(idx)])))
+            else:
+                key = (id(v), a, lo, hi)
+                if key not in slices:
+                    consts = [graph.add_constant(f"{v.name}_slice_{w}", np.array([x], np.int64))
+                              for w, x in (("starts", lo), ("ends", hi), ("axes", a))]
+                    sl = graph.make_node("Slice", [v] + consts, name=f"{v.name}_slice")
+                    sl.meta[JOIN_META] = True
+                    out = sl.outputs[0]
+                    out.shape = tuple(hi - lo if d == a else x for d, x in enumerate(v.shape))
+                    out.dtype = v.dtype
+                    slices[key] = out
+                ins.append(slices[key])
+        attrs = dict(node.attrs)
+        if ax.scales_group:
+            attrs["group"] = e - s
+        o = node.outputs[0]
+        oa, osc = ax.output
+        piece = graph.make_node(node.op_type, ins, attrs, name=f"{node.name}_part{j}",
+                                output_names=[f"{o.name}_part{j}"], domain=node.domain)
+        piece.outputs[0].dtype = o.dtype
+        piece.outputs[0].shape = tuple((e - s) * osc if d == oa else x for d, x in enumerate(o.shape))
+        if quant is not None:
+            piece.meta["quant"] = QuantOp(tuple(qins), quant.output, quant.activation)
+        pieces.append(piece)
+    o = node.outputs[0]
+    hold = Value("__hold", o.shape, o.dtype)
+    graph.replace_all_uses(o, hold)
+    graph.remove_node(node)
+    join = Node("Concat", [p.outputs[0] for p in pieces], [o], {"axis": ax.output[0]}, name=f"{o.name}_concat")
+    join.meta[JOIN_META] = True
+    graph.add_node(join)
+    graph.replace_all_uses(hold, o)
+    if threshold is not None:
+        for p in pieces:
+            _cut(graph, p, threshold)
+
+
+#: Weights of one operator piece, as a fraction of a core's SRAM (see :func:`tile`).
+WEIGHT_PIECE = 0.25
+
+
+def tile(graph: Graph, target: Target, threshold: int | None = None) -> Graph:
+    """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
+    whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
+    (so that resident weights pack into the cores around the activations), then every
+    operator cut until it touches at most ``threshold`` bytes (default
+    ``target.core_memory_threshold``; the split pass).
+
+    Raises:
+        CompileError: an operator does not fit a core at any split (resource SRAM).
+    """
+    g = copy_graph(graph)
+    if threshold is None:
+        threshold = target.core_memory_threshold
+    if is_quantized(g):
+        fuse_integer(g, threshold)
+    cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
+    g.sort()
+    try:
+        split_graph(g, target, threshold)
+    except CapacityError as exc:
+        raise CompileError("SRAM", "every core", _needed(exc), threshold, _culprit(exc)) from None
+    return g
+
+
+def _needed(exc: CapacityError) -> float:
+    words = str(exc).split()
+    for a, b in zip(words, words[1:], strict=False):
+        if b == "bytes," and a.isdigit():
+            return float(a)
+    return float("nan")
+
+
+def _culprit(exc: CapacityError) -> str:
+    text = str(exc)
+    return text.split(" touches ")[0] if " touches " in text else text

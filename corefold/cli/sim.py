@@ -1,0 +1,267 @@
+"""``corefold sim model.cfx`` or ``corefold sim build/``: run an executable, or a build's
+chain of executables, as the chip would (functional and timed).
+
+A build folder (``corefold compile``) runs its executables in the manifest's order, the
+tensors between them staying in DRAM and the model's inputs and outputs crossing the host
+link; the report has a single executable's keys, summed over the chain, plus
+``executables`` (each one's report) and the trace has one process group per executable,
+laid end to end.
+
+Prints latency against the roofline bound, weight loading, SRAM peak, NoC, DRAM and host
+traffic and unit utilisation; writes the outputs (``-o``), the report (``--report``), a
+Chrome trace for Perfetto (``--trace``) and the link heatmap (``--heatmap``). Every output
+path is checked before the simulation starts and written atomically.
+
+``--check MODEL`` runs the ONNX model in ONNX Runtime on the same inputs and compares:
+a float output within ``1e-5`` of its scale (``max |reference|``: split reductions add in
+another order), an output of a quantized model within one quantization step (the scale of
+the DequantizeLinear producing it, or 1 for integer outputs). Exit status 1 if any output
+is off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from corefold.errors import CorefoldError
+
+#: ``--check``: float outputs within this fraction of their scale.
+FLOAT_TOLERANCE = 1e-5
+
+
+class ReferenceRunError(CorefoldError):
+    """ONNX Runtime, the reference of ``--check``, refused the model or its inputs."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("executable", metavar="model.cfx|build/",
+                   help="executable written by corefold lower, or a build folder written by corefold compile")
+    p.add_argument("--target", metavar="T", default=None,
+                   help="the target it was built for (preset or TOML; default: the bundled preset whose "
+                        "fingerprint matches)")
+    p.add_argument("--inputs", metavar="IN.npz", help="inputs keyed by input name (default: seeded random)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs keyed by output name")
+    p.add_argument("--check", metavar="MODEL",
+                   help="compare with ONNX Runtime on MODEL (float: 1e-5 of the output scale; quantized: one "
+                        "step); exit 1 on a mismatch")
+    p.add_argument("--report", metavar="r.json", help="write the report (latency_s, roofline_s, ...) as JSON")
+    p.add_argument("--trace", metavar="trace.json", help="write a Chrome trace-event file (opens in Perfetto UI)")
+    p.add_argument("--heatmap", metavar="links.png", help="draw the bytes per NoC link (needs matplotlib)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from corefold.cli.common import atomic_output, check_outputs
+
+    check_outputs([("-o", args.output), ("--report", args.report), ("--trace", args.trace),
+                   ("--heatmap", args.heatmap)], inputs=[args.executable, args.inputs, args.check])
+    if args.heatmap:
+        try:
+            import matplotlib  # noqa: F401 - only whether it is there
+        except ImportError:
+            raise CorefoldError("--heatmap needs matplotlib: pip install 'corefold[plot]'") from None
+    from pathlib import Path
+
+    from corefold.backend.cfx import load as load_executable
+    from corefold.cli.run import load_npz
+    from corefold.sim import random_inputs, run_simulation
+    from corefold.target import load_target
+
+    target = load_target(args.target) if args.target else None
+    if Path(args.executable).is_dir():
+        return _run_build(args, target)
+    exe = load_executable(args.executable, target)
+    feeds = load_npz(args.inputs) if args.inputs else random_inputs(exe, seed=args.seed)
+    sim = run_simulation(exe, feeds, target)
+    _print_summary(args.executable, sim)
+    if args.output:
+        with atomic_output(args.output, suffix=".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **sim.outputs)
+        print(f"wrote {args.output}")
+    if args.report:
+        sim.report.write(args.report)
+        print(f"wrote {args.report}")
+    if args.trace:
+        sim.write_trace(args.trace)
+        print(f"wrote {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.heatmap:
+        from corefold.sim.plot import draw_link_heatmap
+
+        draw_link_heatmap(sim.link_bytes, args.heatmap)
+        print(f"wrote {args.heatmap}")
+    if args.check:
+        return check_against_ort(args.check, feeds, sim.outputs)
+    return 0
+
+
+def build_inputs(exes, model_inputs: list[str], seed: int) -> dict[str, np.ndarray]:
+    """Seeded random values for a chain's model inputs (as ``random_inputs`` draws them
+    for one executable, over the first executable reading each input)."""
+    from types import SimpleNamespace
+
+    from corefold.sim import random_inputs
+
+    wanted, ios = set(model_inputs), {}
+    for exe in exes:
+        for io in exe.inputs:
+            if io.name in wanted:
+                ios.setdefault(io.name, io)
+    return random_inputs(SimpleNamespace(inputs=[ios[n] for n in model_inputs if n in ios]), seed=seed)
+
+
+def _run_build(args: argparse.Namespace, target) -> int:
+    import json
+
+    from corefold.cli.common import atomic_output
+    from corefold.cli.run import load_npz
+    from corefold.compile import load_build
+    from corefold.sim import simulate_chain
+
+    exes, doc, target = load_build(args.executable, target)
+    feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
+    chain = simulate_chain(exes, feeds, target)
+    outputs = {name: chain.tensors[name] for name in doc.get("outputs", []) if name in chain.tensors}
+    r = chain.report
+    print(f"simulated {args.executable}: {len(exes)} executable(s), {r.instructions} instructions")
+    for i, run in enumerate(chain.runs):
+        print(f"  {doc['executables'][i]['name']}: {run.report.latency_s * 1e6:10.2f} us, "
+              f"DRAM {run.report.dram_bytes:,} bytes, host {run.report.host_bytes:,} bytes")
+    ratio = r.latency_s / r.roofline_s if r.roofline_s > 0 else float("inf")
+    print(f"latency      {r.latency_s * 1e6:10.2f} us   roofline {r.roofline_s * 1e6:.2f} us, "
+          f"latency / roofline {ratio:.2f}")
+    print(f"NoC          {r.noc_bytes:,} byte-hops   DRAM {r.dram_bytes:,} bytes   host {r.host_bytes:,} bytes")
+    for name, arr in outputs.items():
+        print(f"{name}: {arr.dtype.name}{list(arr.shape)}")
+    if args.output:
+        with atomic_output(args.output, suffix=".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **outputs)
+        print(f"wrote {args.output}")
+    if args.report:
+        with atomic_output(args.report, suffix=".json") as tmp:
+            tmp.write_text(json.dumps(chain.report_json(), indent=1, default=float))
+        print(f"wrote {args.report}")
+    if args.trace:
+        with atomic_output(args.trace, suffix=".json") as tmp:
+            tmp.write_text(json.dumps(chain_trace(chain, [e["name"] for e in doc["executables"]])))
+        print(f"wrote {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.heatmap:
+        from corefold.sim.plot import draw_link_heatmap
+        from corefold.sim.report import link_bytes_array
+
+        draw_link_heatmap(link_bytes_array(r), args.heatmap)
+        print(f"wrote {args.heatmap}")
+    if args.check:
+        return check_against_ort(args.check, feeds, outputs)
+    return 0
+
+
+def chain_trace(chain, names: list[str]) -> dict:
+    """One Chrome trace for a chain: each executable's events shifted to start where the
+    previous one ended, its processes prefixed by its name and given their own ids."""
+    from corefold.sim.trace import trace_events
+
+    events, offset_us, pid_base = [], 0.0, 0
+    for name, run in zip(names, chain.runs, strict=True):
+        evs = trace_events(run.timed.engine, run.timed.timeline)["traceEvents"]
+        top = 0
+        for e in evs:
+            e = dict(e)
+            top = max(top, int(e.get("pid", 0)))
+            e["pid"] = pid_base + int(e.get("pid", 0))
+            if "ts" in e:
+                e["ts"] = float(e["ts"]) + offset_us
+            if e.get("name") == "process_name":
+                e["args"] = {"name": f"{name}: {e['args']['name']}"}
+            events.append(e)
+        pid_base += top + 1
+        offset_us += run.report.latency_s * 1e6
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _print_summary(path: str, sim) -> None:
+    r, t = sim.report, sim.target
+    used = sum(1 for v in r.sram_peak_bytes if v)
+    print(f"simulated {path} on {t.name} ({t.width}x{t.height} cores): {r.instructions} instructions on "
+          f"{len(sim.timed.task)} cores")
+    ratio = r.latency_s / r.roofline_s if r.roofline_s > 0 else float("inf")
+    print(f"latency      {r.latency_s * 1e6:10.2f} us   roofline {r.roofline_s * 1e6:.2f} us "
+          f"({sim.roofline.binding}-bound), latency / roofline {ratio:.2f}")
+    print(f"load         {r.load_s * 1e6:10.2f} us   (resident weights over the host link, apart from the latency)")
+    peak = int(np.argmax(r.sram_peak_bytes))
+    print(f"SRAM peak    {_mib(r.sram_peak_bytes[peak])} of {_mib(r.sram_capacity_bytes)} on core "
+          f"({peak % t.width},{peak // t.width}); {used} cores hold data")
+    links = sim.link_bytes
+    y, x, d = np.unravel_index(int(np.argmax(links)), links.shape) if links.size else (0, 0, 0)
+    print(f"NoC          {r.noc_bytes:,} byte-hops; busiest link ({x},{y}) {'NESW'[d]}: {int(links.max(initial=0)):,} bytes")
+    print(f"DRAM         {r.dram_bytes:,} bytes   host {r.host_bytes:,} bytes")
+    print("utilisation  " + "  ".join(f"{k} {v:.3f}" for k, v in r.utilisation.items()))
+    for name, arr in sim.outputs.items():
+        print(f"{name}: {arr.dtype.name}{list(arr.shape)}" + (
+            f"  min {arr.min():.6g}  max {arr.max():.6g}" if arr.size and np.issubdtype(arr.dtype, np.number) else ""))
+
+
+def output_steps(model_path: str) -> dict[str, float]:
+    """Per graph output of an ONNX model, its quantization step: the largest scale of the
+    DequantizeLinear that produces it (absent for a float output)."""
+    from corefold.frontend.onnx import load_model
+
+    graph = load_model(model_path)
+    steps = {}
+    for v in graph.outputs:
+        node = v.producer
+        if node is not None and node.op_type == "DequantizeLinear" and node.inputs[1].const is not None:
+            steps[v.name] = float(np.max(np.abs(node.inputs[1].const)))
+    return steps
+
+
+def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
+    """Compare ``outputs`` with ONNX Runtime's on ``model_path`` (module docstring); 0 or 1.
+
+    Raises:
+        ReferenceRunError: ONNX Runtime cannot run the model on these inputs.
+    """
+    from corefold.frontend.onnx.check import ort_session
+
+    try:
+        sess = ort_session(model_path, qdq_exact=True)
+        names = [o.name for o in sess.get_outputs()]
+        ref = dict(zip(names, sess.run(names, feeds), strict=True))
+    except Exception as exc:  # ORT raises its own exception types; report them as the reference's failure
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
+    steps = output_steps(model_path)
+    ok_all = True
+    for name, got in outputs.items():
+        if name not in ref:
+            print(f"check {name}: not an output of {model_path}")
+            ok_all = False
+            continue
+        want = ref[name]
+        if got.shape != want.shape:
+            print(f"check {name}: shape {list(got.shape)} differs from ONNX Runtime's {list(want.shape)}")
+            ok_all = False
+            continue
+        diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
+        if np.issubdtype(want.dtype, np.integer):
+            limit, what = 1.0, "one integer step"
+        elif name in steps:
+            limit, what = steps[name] * (1 + 1e-6), f"one quantization step ({steps[name]:.3g})"
+        else:
+            scale = float(np.max(np.abs(want), initial=0.0)) or 1.0
+            limit, what = FLOAT_TOLERANCE * scale, f"{FLOAT_TOLERANCE:g} x output scale {scale:.3g}"
+        ok = diff <= limit
+        ok_all &= ok
+        print(f"check {name}: max abs error {diff:.3g} vs ONNX Runtime, limit {what}: {'ok' if ok else 'MISMATCH'}")
+    if not ok_all:
+        print("check failed: outputs differ from ONNX Runtime", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,385 @@
+"""``corefold compile``: ONNX in, a simulated build out, as one pipeline of named passes.
+
+    import -> quantize (with calibration data) -> split -> serial (M1: compile, split on
+    failure, fuse; every compile is ``backend.lower``: tile, place, order, plan SRAM,
+    route, emit) -> link -> simulate -> build/
+
+*Link* decides where every tensor between two executables lives: a value an earlier
+executable writes and a later one reads stays in DRAM; the model's inputs come from the
+host and its outputs go back to it (SPEC M1 §8: "its outputs go to external DRAM or the
+host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, the
+whole compiled model as ``model.onnx`` (quantized and split as compiled: the reference of
+``corefold sim build/ --check build/model.onnx``), a ``manifest.json`` (run order, I/O bindings, buffers, checksums, compile calls, the
+optimal reference) and ``report.html``. It is written beside its final place and renamed
+into it, so a failed compile leaves no half-written build. Cost: the compile calls
+(counted in the manifest) plus one simulation of the chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corefold.errors import CorefoldError, DataError
+from corefold.ir import Graph
+from corefold.passes.serial import SerialResult, SerialSettings, compare_strategies
+from corefold.passes.serial.partition import SerialPass
+from corefold.pipeline import CompileContext, Equivalence, PassResult, Pipeline
+from corefold.target import Target
+
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """Knobs of ``corefold compile`` beyond each pass's own settings.
+
+    Attributes:
+        strategies_table: compile with every fusion strategy too, for the report's table
+            (each strategy's executables, compile calls, DRAM and host bytes, latency).
+        simulate: simulate the chain on seeded random inputs for the report.
+        seed: seed of those inputs.
+    """
+
+    strategies_table: bool = True
+    simulate: bool = True
+    seed: int = 0
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"fast": {"strategies_table": False}}
+
+
+def lower_for(target: Target):
+    """``backend.lower`` bound to ``target``: the compile callable (picklable)."""
+    from corefold.backend.lower import lower
+
+    return functools.partial(lower, target=target)
+
+
+def fits_for(target: Target):
+    from corefold.backend.lower import fits
+
+    return functools.partial(fits, target=target)
+
+
+class _QuantizeStep:
+    """Quantization inside the compile pipeline (the quantizer's own pass when present)."""
+
+    name = "quantize"
+    equivalence = Equivalence("sqnr", min_sqnr_db=0.0)
+
+    def __init__(self, data, settings):
+        from corefold.passes.quantize import QuantizeSettings
+
+        self.data = data
+        self.settings = settings
+        self.settings_class = QuantizeSettings
+
+    def run(self, graph: Graph, ctx: CompileContext) -> PassResult:
+        from corefold.passes.quantize import quantize_graph
+
+        res = quantize_graph(graph, self.data, self.settings, progress=ctx.progress)
+        ctx.data["quantize"] = res.report
+        return PassResult(graph, True, {"tensors": len(res.plan)})
+
+
+@dataclass
+class Build:
+    """A compiled model: the chain's executables and subgraphs, how M1 found them, the
+    per-strategy table, the simulated run and the manifest."""
+
+    graph: Graph
+    target: Target
+    serial: SerialResult
+    executables: list[Any]
+    subgraphs: list[Graph]
+    table: dict[str, SerialResult] = field(default_factory=dict)
+    simulation: Any = None
+    latency_by_strategy: dict[str, float] = field(default_factory=dict)
+    quantize_report: dict | None = None
+
+
+def link(executables: list[Any], graph: Graph) -> list[Any]:
+    """Set where each executable's inputs and outputs live: DRAM between executables,
+    the host at the model's boundary. O(total I/O)."""
+    model_inputs = {v.name for v in graph.inputs}
+    model_outputs = {v.name for v in graph.outputs}
+    later_reads: list[set[str]] = []
+    seen: set[str] = set()
+    for exe in reversed(executables):
+        later_reads.append(set(seen))
+        seen |= {io.name for io in exe.inputs}
+    later_reads.reverse()
+    linked = []
+    for exe, later in zip(executables, later_reads, strict=True):
+        ins = [dataclasses.replace(io, location="host" if io.name in model_inputs else "dram") for io in exe.inputs]
+        outs = [dataclasses.replace(io, location="host" if io.name in model_outputs and io.name not in later
+                                    else "dram") for io in exe.outputs]
+        linked.append(dataclasses.replace(exe, inputs=ins, outputs=outs))
+    return linked
+
+
+def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None = None,
+                  settings: CompileSettings | None = None, calib=None, quantize=None, compiler=None,
+                  progress: bool = False, debug: bool = False) -> Build:
+    """Run the whole pipeline on ``graph`` (changed in place: quantized, split, ordered).
+
+    Args:
+        calib: a :class:`~corefold.passes.quantize.CalibrationSet` to quantize with (None:
+            stay float).
+        quantize: the quantizer's settings.
+        compiler: the compile callable (default ``backend.lower`` for ``target``); a
+            ``toolchain.CommandCompiler`` for a user's compiler.
+
+    Raises:
+        CompileError: an operator that cannot compile alone.
+        CorefoldError: bad input anywhere.
+    """
+    serial = (serial or SerialSettings()).checked()
+    settings = settings or CompileSettings()
+    own_backend = compiler is None
+    ctx = CompileContext(target=target, settings={"serial": serial}, seed=settings.seed, debug=debug,
+                         progress=progress, compile=compiler or lower_for(target))
+    if own_backend:
+        ctx.data["fits"] = fits_for(target)
+    memo: dict = {}  # outcomes shared by the chosen strategy and the strategy table
+    ctx.data["compile_memo"] = memo
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc="compile calls", unit=" call", leave=False)
+        ctx.data["compile_progress"] = bar
+    try:
+        return _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
+    from corefold.passes.split import SplitPass
+
+    passes: list[Any] = []
+    if calib is not None:
+        passes.append(_QuantizeStep(calib, quantize))
+    passes += [SplitPass(), SerialPass()]
+    Pipeline(passes).run(graph, ctx)
+    res: SerialResult = ctx.data["serial"]
+    executables = list(res.outcomes)
+    subgraphs = res.subgraphs(graph)
+    build = Build(graph, target, res, executables, subgraphs, quantize_report=ctx.data.get("quantize"))
+    if own_backend:
+        build.executables = link(executables, graph)
+    if settings.strategies_table:
+        build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,
+                                         progress=bar)
+    if settings.simulate and own_backend:
+        from corefold.executor import random_inputs
+        from corefold.sim import simulate_chain
+
+        feeds = random_inputs(graph, seed=settings.seed)
+        build.simulation = simulate_chain(build.executables, feeds, target)
+        build.latency_by_strategy[res.strategy] = build.simulation.report.latency_s
+        for name, r in build.table.items():
+            if name not in build.latency_by_strategy and r.outcomes:
+                sim = simulate_chain(link(list(r.outcomes), graph), feeds, target)
+                build.latency_by_strategy[name] = sim.report.latency_s
+    return build
+
+
+# -- the build folder --------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _io_bytes(exe) -> tuple[int, int]:
+    """(DRAM bytes, host bytes) an executable reads and writes at its boundary."""
+    dram = host = 0
+    for io in list(exe.inputs) + list(exe.outputs):
+        n = int(np.prod(io.shape, dtype=np.int64)) * np.dtype(io.dtype).itemsize
+        if io.location == "host":
+            host += n
+        else:
+            dram += n
+    return dram, host
+
+
+def manifest(build: Build, names: list[str]) -> dict[str, Any]:
+    """The build's manifest (before checksums): run order, I/O bindings, buffers, M1's
+    figures."""
+    producers: dict[str, int] = {}
+    for i, exe in enumerate(build.executables):
+        for io in getattr(exe, "outputs", []):
+            producers[io.name] = i
+    buffers: dict[str, dict[str, Any]] = {}
+    exes = []
+    for i, (exe, sub, name) in enumerate(zip(build.executables, build.subgraphs, names, strict=True)):
+        entry: dict[str, Any] = {"name": name, "cfx": f"{name}.cfx", "onnx": f"{name}.onnx", "operators": len(sub),
+                                 "inputs": [v.name for v in sub.inputs], "outputs": [v.name for v in sub.outputs]}
+        if hasattr(exe, "inputs"):
+            for io in list(exe.inputs) + list(exe.outputs):
+                b = buffers.setdefault(io.name, {"shape": list(io.shape), "dtype": io.dtype, "location": io.location,
+                                                 "bytes": int(np.prod(io.shape, dtype=np.int64)) *
+                                                 np.dtype(io.dtype).itemsize,
+                                                 "producer": producers.get(io.name), "consumers": []})
+                if io in exe.inputs:
+                    b["consumers"].append(i)
+                if io.location == "host":
+                    b["location"] = "host"
+            entry["cores"] = len(exe.programs)
+        exes.append(entry)
+    res = build.serial
+    doc: dict[str, Any] = {
+        "version": MANIFEST_VERSION, "model": build.graph.name, "target": build.target.name,
+        "executables": exes, "fusion": res.strategy, "compile_calls": res.compile_calls,
+        "fits_calls": res.fits_calls, "minimum_executables": res.minimum_executables,
+        "inputs": [v.name for v in build.graph.inputs], "outputs": [v.name for v in build.graph.outputs],
+        "buffers": buffers,
+    }
+    if build.table:
+        doc["strategies"] = strategy_rows(build)
+    if build.simulation is not None:
+        doc["latency_s"] = build.simulation.report.latency_s
+    return doc
+
+
+def strategy_rows(build: Build) -> list[dict[str, Any]]:
+    rows = []
+    for name, r in build.table.items():
+        dram = host = 0
+        for exe in link(list(r.outcomes), build.graph) if r.outcomes and hasattr(r.outcomes[0], "inputs") else []:
+            d, h = _io_bytes(exe)
+            dram, host = dram + d, host + h
+        rows.append({"strategy": name, "executables": len(r.pieces), "compile_calls": r.compile_calls,
+                     "minimum_executables": r.minimum_executables, "dram_bytes": dram, "host_bytes": host,
+                     "latency_s": build.latency_by_strategy.get(name)})
+    return rows
+
+
+def write_build(build: Build, out: str | os.PathLike, *, progress: bool = False,
+                target_toml: str | None = None) -> Path:
+    """Write the build folder (atomically: a temporary folder beside it, renamed into
+    place; a previous build there is replaced only once the new one is complete).
+    ``target_toml``, the target's TOML text, is kept as ``target.toml`` so that the build
+    runs without naming its target again.
+
+    Raises:
+        OutputPathError: the folder cannot be written.
+    """
+    from corefold.frontend.onnx import save_model
+
+    final = Path(out)
+    parent = final.parent if str(final.parent) else Path(".")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=parent))
+    try:
+        names = [f"part{i}" for i in range(len(build.executables))]
+        for exe, sub, name in zip(build.executables, build.subgraphs, names, strict=True):
+            save_model(sub, tmp / f"{name}.onnx")
+            if hasattr(exe, "programs"):
+                from corefold.backend.cfx import save
+
+                save(exe, tmp / f"{name}.cfx")
+            else:  # a user's compiler: its own output bytes
+                (tmp / f"{name}.cfx").write_bytes(getattr(exe, "data", b""))
+        save_model(build.graph, tmp / "model.onnx")  # the whole compiled model: corefold sim --check's reference
+        doc = manifest(build, names)
+        doc["model_onnx"] = "model.onnx"
+        if target_toml is not None:
+            (tmp / "target.toml").write_text(target_toml)
+            doc["target_toml"] = "target.toml"
+        for e in doc["executables"]:
+            e["sha256"] = {k: _sha256(tmp / e[k]) for k in ("cfx", "onnx")}
+        (tmp / "manifest.json").write_text(json.dumps(doc, indent=1, default=float))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a build folder is an ordinary one
+        (tmp / "report.html").write_text(render_report(build, doc))
+        if build.simulation is not None:
+            (tmp / "report.json").write_text(json.dumps(build.simulation.report_json(), indent=1, default=float))
+        old = None
+        if final.exists():
+            old = parent / f".{final.name}.old.{os.getpid()}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def render_report(build: Build, doc: dict[str, Any]) -> str:
+    from corefold.cost.model import graph_cost
+    from corefold.report import render
+
+    chain = []
+    runs = build.simulation.runs if build.simulation is not None else []
+    for i, (sub, e) in enumerate(zip(build.subgraphs, doc["executables"], strict=True)):
+        gc = graph_cost(sub, build.target)
+        chain.append({"name": e["name"], "ops": len(sub), "macs": gc.macs, "weight_bytes": gc.parameter_bytes,
+                      "bytes_out": build.serial.crossing_bytes[i] if i < len(build.serial.crossing_bytes) else 0,
+                      "latency_s": runs[i].report.latency_s if i < len(runs) else None})
+    sim = runs[0].report.to_json() if runs else None
+    events = []
+    if runs:
+        from corefold.sim.trace import trace_events
+
+        events = trace_events(runs[0].timed.engine, runs[0].timed.timeline)["traceEvents"]
+    notes = [f"M1 fusion '{doc['fusion']}': {len(chain)} executables, {doc['compile_calls']} compile calls; "
+             f"the optimal reference needs {doc['minimum_executables']}."]
+    return render(title=f"corefold build of {build.graph.name}", target=build.target.name, chain=chain,
+                  fusion=doc.get("strategies", []), sim=sim, events=events, quant=build.quantize_report, notes=notes)
+
+
+def load_build(folder: str | os.PathLike, target: Target | None = None):
+    """The executables of a build folder, in run order, its manifest and its target
+    (``target``, else the build's ``target.toml``, else None: the bundled preset whose
+    fingerprint matches).
+
+    Raises:
+        DataError: no manifest, or a file whose checksum differs from the manifest's.
+        CfxError: a corrupt executable (from ``backend.cfx.load``).
+    """
+    from corefold.backend.cfx import load
+    from corefold.target import parse_target
+
+    folder = Path(folder)
+    mpath = folder / "manifest.json"
+    if not mpath.is_file():
+        raise DataError(f"'{folder}': no manifest.json (not a corefold build folder)")
+    try:
+        doc = json.loads(mpath.read_text())
+        entries = doc["executables"]
+    except (ValueError, KeyError, TypeError):
+        raise DataError(f"'{mpath}': not a corefold manifest") from None
+    if target is None and doc.get("target_toml") and (folder / doc["target_toml"]).is_file():
+        target = parse_target((folder / doc["target_toml"]).read_text(), f"'{folder / doc['target_toml']}'")
+    exes = []
+    for e in entries:
+        path = folder / e["cfx"]
+        if not path.is_file():
+            raise DataError(f"'{folder}': the manifest lists '{e['cfx']}', which is missing")
+        want = e.get("sha256", {}).get("cfx")
+        if want and _sha256(path) != want:
+            raise DataError(f"'{path}': its checksum differs from the manifest's (changed or corrupt)")
+        exes.append(load(path, target))
+    return exes, doc, target
+
+
+__all__ = ["CompileSettings", "Build", "compile_model", "link", "write_build", "load_build", "manifest",
+           "CorefoldError"]

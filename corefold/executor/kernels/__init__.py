@@ -1,1 +1,0 @@
-"""NumPy kernels, one module per op family; each registers with ``@kernel("Op")``."""

@@ -1,0 +1,78 @@
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from corefold.mapping import objectives
+from corefold.mapping import out_of_core as ooc
+from corefold.mapping.settings import MapSettings
+from corefold.mapping.testing import conv_like_graph
+from corefold.mapping.topology.archive import FLAG_MATCHED, ArchiveReader, write_archive
+from corefold.target import load_target
+
+
+def _target(w, h, neurons):
+    t = load_target("neuromorphic")
+    return replace(t, mesh_width=w, mesh_height=h, chips_x=1, chips_y=1, neurons_per_core=neurons,
+                   synapses_per_core=None, unusable_cores=frozenset())
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(ooc, "CHUNK_BYTES", 4096)  # many chunks: partners across chunk borders
+
+
+def test_streamed_levels_keep_every_vertex_and_capacity(tmp_path, small_chunks, monkeypatch):
+    """A conv-like graph mapped out of core through several streamed levels: every vertex
+    on one usable core, no core over capacity, the traffic estimate equal to a fresh
+    evaluation, and the streamed evaluation equal to the in-memory one."""
+    topo = conv_like_graph(6000, 4, stride=61)
+    topo.weights = np.asarray(topo.weights, np.int64)
+    path = tmp_path / "g.zip"
+    write_archive(topo, path)
+    target = _target(4, 4, 420)
+    levels = []
+    real = ooc._contract_level
+
+    def spy(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest):
+        entries = real(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest)
+        with ArchiveReader(flagged_path) as fr:  # the flagged copy marks exactly the matched edges
+            ch = fr.read_chunk(0, fr.num_vertices)
+            rows = np.repeat(np.arange(fr.num_vertices), np.diff(ch.indptr))
+            marked = (ch.flags & FLAG_MATCHED) > 0
+            assert (mate[rows[marked]] == ch.indices[marked]).all()
+            assert marked.sum() == 2 * int(np.count_nonzero(mate > np.arange(mate.size)))
+        levels.append((reader.num_vertices, nc))
+        return entries
+
+    monkeypatch.setattr(ooc, "_contract_level", spy)
+    settings = replace(MapSettings.preset("fast"), anneal_steps_per_group=500, stream_coarsest_entries=5000)
+    m = ooc.map_archive(path, target, settings, seed=3, progress=False, workdir=tmp_path)
+    assert len(levels) >= 3 and all(nc < n for n, nc in levels)
+    assert not list(tmp_path.glob(".corefold-levels-*"))  # the levels are cleaned up
+    xy = m.core_xy
+    assert xy.shape == (6000, 2)
+    core = xy[:, 1] * 4 + xy[:, 0]
+    assert np.bincount(core).max() <= 420
+    ev = objectives.evaluate(topo, xy, 4, 4, 4, 4, 1.0, (420, None))
+    assert np.isclose(m.summary["traffic_estimate"], ev["traffic"])
+    streamed = ooc.evaluate_archive(path, xy, target)
+    for key in ("cut", "traffic", "lower_bound", "max_link_load"):
+        assert np.isclose(streamed[key], ev[key]), key
+    np.testing.assert_array_equal(streamed["fill"], ev["fill"])
+    # far better than an arbitrary placement of the same groups
+    rnd = np.random.default_rng(0).permutation(16)[core]
+    ev_rnd = objectives.evaluate(topo, np.stack([rnd % 4, rnd // 4], axis=1), 4, 4, 4, 4, 1.0, (420, None))
+    assert ev["traffic"] < 0.5 * ev_rnd["traffic"]
+
+
+def test_auto_goes_out_of_core_only_beyond_the_budget(tmp_path):
+    topo = conv_like_graph(500, 2)
+    topo.weights = np.asarray(topo.weights, np.int64)
+    write_archive(topo, tmp_path / "g.zip")
+    entries = topo.indices.size
+    s = MapSettings()
+    assert not ooc.wants_out_of_core(tmp_path / "g.zip", s)
+    assert ooc.wants_out_of_core(tmp_path / "g.zip", replace(s, memory_budget_gib=entries * 59 / 2**30))
+    assert ooc.wants_out_of_core(tmp_path / "g.zip", replace(s, out_of_core="always"))
+    assert not ooc.wants_out_of_core(tmp_path / "g.npz", replace(s, out_of_core="always"))

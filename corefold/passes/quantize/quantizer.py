@@ -1,0 +1,122 @@
+"""The quantize pass: the stages of M5 in the order data passes through them, each once.
+
+``corefold quantize MODEL --calib DATA`` (and ``corefold compile``) run :class:`QuantizePass`
+under :class:`corefold.pipeline.Pipeline`, which calls :func:`quantize_graph`:
+
+1. ``select``    -- which tensors are quantized and which share one parameter set;
+2. ``ranges``    -- intervals known from the operators alone (ReLU -> [0, ?], ...);
+3. ``calibrate`` -- one stream over the calibration data: min/max, |x| histograms and, for
+   GPTQ, the Hessians of the weights' inputs;
+4. ``params``    -- the seed's rules: unsigned iff min >= 0 else symmetric, k = qmax / m
+   (m clipped by the calibration method);
+5. ``rounding``  -- the weights' integers (GPTQ or nearest);
+6. ``mixed``     -- with a target SQNR, the widths of the most sensitive tensors are raised
+   (asking stages 4-5 for the plan of each candidate assignment);
+7. ``qdq``       -- QuantizeLinear/DequantizeLinear insertion and the JSON report.
+
+``integer`` runs the resulting QDQ graph on integers; ``check`` runs it in ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+from corefold.ir import Graph
+from corefold.passes.quantize.calibrate import CalibrationSet, calibrate, gptq_weights
+from corefold.passes.quantize.params import Planner, QuantizeError, QuantParams
+from corefold.passes.quantize.qdq import insert_qdq, plan_to_json
+from corefold.passes.quantize.ranges import static_ranges
+from corefold.passes.quantize.rounding import round_weights
+from corefold.passes.quantize.select import Selection, select_tensors
+from corefold.passes.quantize.settings import QuantizeSettings
+from corefold.pipeline import CompileContext, Equivalence, PassResult
+
+
+@dataclass
+class QuantizeResult:
+    """The quantized graph (the input graph, changed in place), every tensor's parameters,
+    the selection, the mixed-precision report (or None) and the JSON report."""
+
+    graph: Graph
+    plan: dict[str, QuantParams]
+    selection: Selection
+    mixed: dict | None = None
+    report: dict = field(default_factory=dict)
+
+
+def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSettings | None = None,
+                   progress: bool = True) -> QuantizeResult:
+    """Quantize ``graph`` in place into QDQ form, calibrated on ``data`` (module docstring).
+
+    Cost: one float run per calibration batch, plus GPTQ's O(M K^2) per weight, plus
+    (with ``target_sqnr_db``) one simulated run per measurement batch and candidate.
+
+    Raises:
+        QuantizeError: bad settings, or nothing in the graph to quantize.
+        DataError: calibration data that does not fit the model, or a non-finite tensor.
+    """
+    settings = (settings or QuantizeSettings()).checked()
+    sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
+    static = static_ranges(graph)
+    batches = data.num_batches if settings.max_batches is None else min(settings.max_batches, data.num_batches)
+    gptq = gptq_weights(graph, sel.weights, batches) if settings.weight_rounding == "gptq" else {}
+    stats = calibrate(graph, data, sel.activations, hessians=gptq, engine=settings.engine,
+                      limit=settings.max_batches, progress=progress)
+    if stats.batches == 0:
+        raise QuantizeError(f"no calibration batch: the data holds {data.num_samples} samples, fewer than the "
+                            f"model's batch")
+    planner = Planner(graph, sel, static, stats, settings)
+    consts = {w: graph.value(w).const for w in gptq}
+    rounded: dict = {}
+
+    def plan_for(bits: dict[str, int]) -> dict[str, QuantParams]:
+        return round_weights(planner.plan(bits), gptq, stats.hessians, consts, rounded)
+
+    bits: dict[str, int] = {}
+    mixed = None
+    if settings.target_sqnr_db is not None:
+        from corefold.passes.quantize.mixed import raise_bits
+
+        units = dict(sel.members())
+        units.update({w: [w] for w in sel.weights})
+        batches = list(data.batches(settings.mixed_batches))
+        bits, rep = raise_bits(graph, units, plan_for, batches, settings.target_sqnr_db, progress=progress)
+        mixed = rep.to_json()
+    plan = plan_for(bits)
+    report = plan_to_json(plan, sel)
+    report["settings"] = asdict(settings)
+    report["calibration_batches"] = stats.batches
+    if mixed is not None:
+        report["mixed_precision"] = mixed
+    insert_qdq(graph, plan)
+    return QuantizeResult(graph, plan, sel, mixed, report)
+
+
+class QuantizePass:
+    """M5 as a pass (:mod:`corefold.pipeline`): reads its :class:`QuantizeSettings` and the
+    calibration data ``ctx.data["calibration"]`` (a :class:`CalibrationSet`) from the context.
+
+    The quantized graph's outputs stay within an SQNR of the float graph's
+    (``equivalence``): 10 dB is a sanity bound that a lost output (0 dB) fails and every
+    8-bit model of the bench passes on its own data by a wide margin.
+    """
+
+    name: ClassVar[str] = "quantize"
+    settings_class: ClassVar[type] = QuantizeSettings
+    equivalence: ClassVar[Equivalence] = Equivalence("sqnr", min_sqnr_db=10.0)
+
+    def run(self, graph: Graph, ctx: CompileContext) -> PassResult:
+        """Quantize ``graph`` in place.
+
+        Raises:
+            QuantizeError: no calibration data in the context, bad settings, or nothing to
+                quantize.
+            DataError: calibration data that does not fit the model.
+        """
+        data = ctx.data.get("calibration")
+        if data is None:
+            raise QuantizeError("the quantize pass needs calibration data (ctx.data['calibration'], --calib)")
+        result = quantize_graph(graph, data, ctx.settings_for(self), progress=ctx.progress)
+        ctx.data["quantize"] = result
+        return PassResult(result.graph, True, result.report)

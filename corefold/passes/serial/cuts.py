@@ -1,0 +1,90 @@
+"""Where a graph may be cut into serial subgraphs (SPEC M1 §2-4).
+
+A *cut* at position ``k`` of a topological order separates the prefix ``order[:k]`` from
+the suffix ``order[k:]``. Every position is a legal serial cut; what makes one better than
+another is what crosses it: the values produced before ``k`` and read at or after ``k``.
+They become outputs of the earlier subgraph (stored to DRAM or the host) and inputs of the
+later one. Graph inputs are read from DRAM by whichever subgraph needs them and constants
+travel with their readers, so neither crosses a cut.
+
+A *target node* (the seed's rule, SPEC M1 §3) is a node one of whose outputs is both a
+graph output (a "data output node" in the seed's words) and read by a further compute
+node: the branch points of multi-exit networks, detectors with several heads, encoders
+that emit every layer's state. The seed cuts right after each of them.
+
+:func:`crossing` computes, in one sweep, the number and bytes of crossing values at every
+position: a value produced at ``p`` whose last reader is at ``d`` crosses every cut in
+``(p, d]``, so a difference array gives all positions in O(V + E).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from corefold.ir import Graph, Node, Value
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Per cut position ``k`` in ``0..n``: ``count[k]`` and ``bytes[k]`` of the values that
+    cross it (position 0 and n cut nothing)."""
+
+    count: np.ndarray
+    bytes: np.ndarray
+
+    def tensors(self, order: list[Node], k: int) -> list[Value]:
+        """The values crossing cut ``k`` (O(V + E))."""
+        return crossing_values(order, k)
+
+
+def positions(order: list[Node]) -> dict[Node, int]:
+    return {n: i for i, n in enumerate(order)}
+
+
+def crossing(graph: Graph, order: list[Node]) -> Crossing:
+    """Count and bytes of the values crossing every cut position of ``order``. O(V + E)."""
+    pos = positions(order)
+    n = len(order)
+    dcount = np.zeros(n + 2, np.int64)
+    dbytes = np.zeros(n + 2, np.int64)
+    for i, node in enumerate(order):
+        for v in node.outputs:
+            last = max((pos[u.node] for u in v.uses() if u.node in pos), default=i)
+            if last > i:
+                dcount[i + 1] += 1
+                dcount[last + 1] -= 1
+                dbytes[i + 1] += v.nbytes
+                dbytes[last + 1] -= v.nbytes
+    return Crossing(np.cumsum(dcount)[: n + 1], np.cumsum(dbytes)[: n + 1])
+
+
+def crossing_values(order: list[Node], k: int) -> list[Value]:
+    """Values produced in ``order[:k]`` and read in ``order[k:]``. O(V + E)."""
+    after = set(order[k:])
+    out = []
+    for node in order[:k]:
+        for v in node.outputs:
+            if any(u.node in after for u in v.uses()):
+                out.append(v)
+    return out
+
+
+def target_nodes(graph: Graph) -> list[Node]:
+    """Nodes with an output that is both a graph output and read by another node (SPEC M1
+    §3), in file order. O(V + E)."""
+    outs = set(graph.outputs)
+    found = []
+    for node in graph.nodes:
+        if any(v in outs and v.uses() for v in node.outputs):
+            found.append(node)
+    return found
+
+
+def target_cuts(graph: Graph, order: list[Node]) -> list[int]:
+    """The seed's cut positions: right after each target node in ``order`` (sorted, without
+    the trivial positions 0 and n)."""
+    pos = positions(order)
+    n = len(order)
+    return sorted({pos[t] + 1 for t in target_nodes(graph) if 0 < pos[t] + 1 < n})

@@ -1,0 +1,301 @@
+"""Serial subgraph partitioning driven by the compiler (SPEC M1, seed 000).
+
+1. **Cut** at every target node (:func:`~corefold.passes.serial.cuts.target_cuts`), as the
+   seed does before compiling anything [000 §52].
+2. **Compile** every piece (independently, in parallel where the service allows).
+3. **Split on failure**, recursively [000 §60-66]: a piece that does not compile is cut in
+   two and both halves are compiled, until every piece compiles. The cut is chosen, in
+   this order, among the piece's target-node cuts, then among its cuts that only one value
+   crosses, then among all its cuts; within a rule, the cut that best balances the
+   resource that ran out (weight and activation bytes for SRAM and NoC buffers, work for
+   the core count, node count for instruction memory), ties broken by fewer crossing
+   bytes. A single operator that cannot compile ends with the compiler's error, naming it.
+4. **Fuse** the compiled chain with one of the strategies of
+   :mod:`~corefold.passes.serial.fusion`, and measure the optimal reference beside it.
+
+Cost: O(V + E) for the cuts and attributes; each split examines O(piece length) cuts;
+compile calls dominate and are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from corefold.errors import CompileError, CorefoldError
+from corefold.ir import Graph, Node
+from corefold.passes.serial.chain import Attributes, Piece, extract
+from corefold.passes.serial.compilers import CompileService
+from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
+from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_cover
+from corefold.pipeline import Equivalence, PassResult
+
+
+class SerialError(CorefoldError):
+    """Serial partitioning cannot proceed (no compiler, a bad strategy)."""
+
+
+@dataclass(frozen=True)
+class SerialSettings:
+    """Knobs of serial partitioning.
+
+    Attributes:
+        fusion: the fusion strategy: ``a`` (attribute groups), ``b`` (pairs), ``c``
+            (forward greedy), ``d`` (bidirectional), ``optimal`` (the minimum number of
+            executables) or ``none``.
+        fusion_rounds: how many times the strategy is applied (0: until a round fuses
+            nothing; the seed applies it once).
+        split_rules: the cut rules tried in order when a piece fails: ``target`` (the
+            seed's target nodes), ``single`` (cuts only one value crosses), ``balanced``
+            (any cut).
+        cut_at_targets: cut at every target node before compiling (the seed's first step).
+        reference: also compute the minimum number of executables (the optimal reference,
+            with the fast feasibility check).
+        group_max_macs, group_max_weight_bytes, group_max_nodes: strategy a's maxima for a
+            group's summed MACs, weight bytes and nodes (0: no bound).
+        group_min_macs, group_min_weight_bytes, group_min_nodes: strategy a's minima.
+        workers: compile processes (1: in this process; 0: one per CPU).
+        ray: ``""`` (none), ``"auto"`` or a Ray cluster address to compile on.
+    """
+
+    fusion: str = "d"
+    fusion_rounds: int = 0
+    split_rules: tuple[str, ...] = ("target", "single", "balanced")
+    cut_at_targets: bool = True
+    reference: bool = True
+    group_max_macs: float = 0.0
+    group_max_weight_bytes: float = 0.0
+    group_max_nodes: float = 0.0
+    group_min_macs: float = 0.0
+    group_min_weight_bytes: float = 0.0
+    group_min_nodes: float = 0.0
+    workers: int = 1
+    ray: str = ""
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "fast": {"fusion": "c", "reference": False},
+        "strong": {"fusion": "optimal"},
+        # the seed: one pass of bidirectional fusion, split at target nodes then anywhere
+        "seed": {"fusion": "d", "fusion_rounds": 1, "split_rules": ("target", "balanced")},
+    }
+
+    def checked(self) -> "SerialSettings":
+        if self.fusion not in STRATEGIES:
+            raise SerialError(f"fusion strategy '{self.fusion}' is unknown (choose from {', '.join(STRATEGIES)})")
+        bad = [r for r in self.split_rules if r not in ("target", "single", "balanced")]
+        if bad:
+            raise SerialError(f"split rule '{bad[0]}' is unknown (target, single, balanced)")
+        return self
+
+    def limits(self) -> GroupLimits:
+        return GroupLimits(self.group_min_macs, self.group_max_macs or None, self.group_min_weight_bytes,
+                           self.group_max_weight_bytes or None, self.group_min_nodes, self.group_max_nodes or None)
+
+
+@dataclass
+class SerialResult:
+    """What serial partitioning chose.
+
+    Attributes:
+        order: the topological order the pieces are ranges of.
+        pieces: the executables' ranges, in run order.
+        outcomes: the compile outcome (executable) of each piece.
+        compile_calls, fits_calls: full compiles and fast feasibility checks made.
+        split_pieces: the chain after splitting on failure (before fusion).
+        minimum_executables: the optimal reference's count (None when not computed).
+        crossing_bytes: bytes stored to DRAM between consecutive executables.
+    """
+
+    order: list[Node]
+    pieces: list[Piece]
+    outcomes: list[Any]
+    compile_calls: int
+    fits_calls: int
+    split_pieces: list[Piece]
+    minimum_executables: int | None
+    crossing_bytes: list[int] = field(default_factory=list)
+    strategy: str = "d"
+
+    def subgraphs(self, graph: Graph) -> list[Graph]:
+        return [extract(graph, self.order, p, name=f"{graph.name}_part{i}") for i, p in enumerate(self.pieces)]
+
+    def report(self) -> dict[str, Any]:
+        return {"fusion": self.strategy, "executables": len(self.pieces), "compile_calls": self.compile_calls,
+                "fits_calls": self.fits_calls, "minimum_executables": self.minimum_executables,
+                "pieces_after_split": len(self.split_pieces),
+                "ranges": [[p.start, p.end] for p in self.pieces], "crossing_bytes": self.crossing_bytes}
+
+
+_BALANCE = {"SRAM": "weights", "NoC buffers": "weights", "instruction memory": "nodes", "core count": "work"}
+
+
+def _choose_cut(piece: Piece, error: CompileError, rules: tuple[str, ...], cuts: set[int], cross: Crossing,
+                attrs: Attributes) -> int | None:
+    """The cut inside ``piece`` by the first rule that offers one (module docstring)."""
+    inner = range(piece.start + 1, piece.end)
+    measure = getattr(attrs, _BALANCE.get(error.resource, "work"))
+    if not np.any(measure[piece.start + 1:piece.end + 1] - measure[piece.start:piece.end]):
+        measure = attrs.nodes
+    for rule in rules:
+        if rule == "target":
+            candidates = [k for k in inner if k in cuts]
+        elif rule == "single":
+            candidates = [k for k in inner if cross.count[k] <= 1]
+        else:
+            candidates = list(inner)
+        if candidates:
+            def score(k: int) -> tuple[float, int]:
+                left = measure[k] - measure[piece.start]
+                right = measure[piece.end] - measure[k]
+                return (max(left, right), int(cross.bytes[k]))
+
+            return min(candidates, key=score)
+    return None
+
+
+def split_until_compiled(pieces: list[Piece], svc: CompileService, settings: SerialSettings, cuts: set[int],
+                         cross: Crossing, attrs: Attributes) -> list[Piece]:
+    """Compile every piece; split failing ones (recursively) until all compile.
+
+    Raises:
+        CompileError: a single operator does not compile (naming it).
+    """
+    chain = list(pieces)
+    while True:
+        outcomes = svc.compile_many(chain)
+        failed = [(i, o) for i, o in enumerate(outcomes) if not o.ok]
+        if not failed:
+            return chain
+        replace: dict[int, list[Piece]] = {}
+        for i, out in failed:
+            piece = out.piece
+            k = _choose_cut(piece, out.error, settings.split_rules, cuts, cross, attrs) if len(piece) > 1 else None
+            if k is None:
+                node = svc.order[piece.start]
+                e = out.error
+                detail = f"operator '{node.name}' ({node.op_type}) alone, after operator splitting"
+                raise CompileError(e.resource, e.where, e.need, e.limit, detail) from None
+            replace[i] = [Piece(piece.start, k), Piece(k, piece.end)]
+        chain = [q for i, p in enumerate(chain) for q in replace.get(i, [p])]
+
+
+@dataclass
+class Prepared:
+    """The split phase's result, shared by every fusion strategy."""
+
+    graph: Graph
+    order: list[Node]
+    cross: Crossing
+    attrs: Attributes
+    chain: list[Piece]
+    split_calls: int
+    cache: dict
+
+
+def prepare(graph: Graph, compile_fn, settings: SerialSettings, svc_factory) -> Prepared:
+    """Cut at the target nodes, compile, split failures until every piece compiles."""
+    order = graph.topological_order()
+    svc = svc_factory(order, {})
+    try:
+        cross = crossing(graph, order)
+        attrs = Attributes.of(order)
+        cuts = set(target_cuts(graph, order))
+        n = len(order)
+        bounds = [0] + (sorted(cuts) if settings.cut_at_targets else []) + [n]
+        initial = [Piece(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        chain = split_until_compiled(initial, svc, settings, cuts, cross, attrs)
+    finally:
+        svc.close()
+    return Prepared(graph, order, cross, attrs, chain, svc.calls, dict(svc.cache))
+
+
+def fuse_prepared(prep: Prepared, settings: SerialSettings, svc_factory, strategy: str | None = None,
+                  reference: bool | None = None) -> SerialResult:
+    """Fuse the split chain with ``strategy`` (default the settings'), on a service that
+    starts from the split phase's compiles: its calls are the split's plus its own."""
+    strategy = strategy or settings.fusion
+    svc = svc_factory(prep.order, dict(prep.cache))
+    try:
+        fused = fuse(strategy, prep.chain, svc, prep.attrs, settings.limits(), settings.fusion_rounds)
+        outcomes = svc.compile_many(fused)
+        calls = prep.split_calls + svc.calls
+        minimum = None
+        if settings.reference if reference is None else reference:
+            minimum = len(minimum_cover(0, len(prep.order), svc.fits))
+    finally:
+        svc.close()
+    return SerialResult(prep.order, fused, [o.executable for o in outcomes], calls, svc.fits_calls, prep.chain,
+                        minimum, [int(prep.cross.bytes[p.end]) for p in fused[:-1]], strategy)
+
+
+def _factory(graph: Graph, compile_fn, fits_fn, settings: SerialSettings, memo=None, progress=None):
+    def make(order, cache):
+        return CompileService(graph, order, compile_fn, fits_fn, workers=settings.workers, ray=settings.ray or None,
+                              cache=cache, memo=memo, progress=progress)
+    return make
+
+
+def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None = None, *,
+                     fits_fn=None, memo: dict | None = None, progress=None) -> SerialResult:
+    """Partition ``graph`` into a chain of subgraphs that each compile with ``compile_fn``,
+    cut along the graph's stable topological order.
+
+    Args:
+        compile_fn: ``compile(subgraph) -> executable``, raising CompileError when the
+            subgraph does not fit.
+        fits_fn: optional fast feasibility check ``fits(subgraph) -> None | CompileError``
+            for the optimal reference.
+        memo: outcomes shared with other runs on the same graph (work saved, calls still
+            counted; see ``compilers``).
+        progress: a ``tqdm``-like object told of every compile call.
+
+    Raises:
+        CompileError: an operator that alone cannot compile.
+        SerialError: bad settings or no compiler.
+    """
+    settings = (settings or SerialSettings()).checked()
+    if compile_fn is None:
+        raise SerialError("serial partitioning needs a compiler (CompileContext.compile)")
+    if len(graph) == 0:
+        return SerialResult([], [], [], 0, 0, [], 0)
+    make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
+    return fuse_prepared(prepare(graph, compile_fn, settings, make), settings, make)
+
+
+def compare_strategies(graph: Graph, compile_fn, settings: SerialSettings | None = None, *, fits_fn=None,
+                       strategies: tuple[str, ...] = ("a", "b", "c", "d", "optimal"), memo: dict | None = None,
+                       progress=None) -> dict[str, SerialResult]:
+    """Every strategy on the same split chain, each counting its own compile calls (the
+    split phase's included); the reference is computed once, with the first."""
+    settings = (settings or SerialSettings()).checked()
+    make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
+    prep = prepare(graph, compile_fn, settings, make)
+    out = {}
+    for i, s in enumerate(strategies):
+        out[s] = fuse_prepared(prep, settings, make, strategy=s, reference=(i == 0) and settings.reference)
+    minimum = out[strategies[0]].minimum_executables
+    for r in out.values():
+        r.minimum_executables = minimum
+    return out
+
+
+class SerialPass:
+    """M1 under the pass contract: reaches a compiler only through ``ctx.compile``; marks
+    every node with ``meta["subgraph"]`` and leaves the :class:`SerialResult` in
+    ``ctx.data["serial"]``."""
+
+    name = "serial"
+    settings_class = SerialSettings
+    equivalence = Equivalence("exact")
+
+    def run(self, graph: Graph, ctx) -> PassResult:
+        settings = ctx.settings_for(self)
+        res = serial_partition(graph, ctx.compile, settings, fits_fn=ctx.data.get("fits"),
+                               memo=ctx.data.get("compile_memo"), progress=ctx.data.get("compile_progress"))
+        for i, p in enumerate(res.pieces):
+            for node in res.order[p.start:p.end]:
+                node.meta["subgraph"] = i
+        ctx.data["serial"] = res
+        return PassResult(graph, len(res.pieces) > 1, res.report())

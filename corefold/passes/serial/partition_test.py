@@ -1,0 +1,302 @@
+"""Serial partitioning (SPEC M1) with stand-in compilers: the seed's example, split on
+failure, every fusion strategy against a brute-force optimum, the chain computing the
+model's outputs, and parallel compiles giving the same result."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corefold.errors import CompileError
+from corefold.executor import random_inputs, run
+from corefold.ir import parse, verify
+from corefold.passes.order.random_network import random_network
+from corefold.passes.serial import (
+    Piece,
+    SerialSettings,
+    compare_strategies,
+    serial_partition,
+    target_nodes,
+)
+from corefold.passes.serial.chain import Attributes, extract
+from corefold.passes.serial.compilers import CompileService
+from corefold.passes.serial.fusion import (
+    GroupLimits,
+    fuse_bidirectional,
+    fuse_forward,
+    fuse_pairs,
+    minimum_chain,
+)
+
+# SPEC M1 §3: chain 1 -> 2 -> 4 -> 6 -> 8 -> 9 with data outputs 3 (from 2), 5 (from 4), 7 (from 6)
+SEED = """\
+graph seed
+input x: float32[1, 4]
+node n1 = Relu(x) -> (v1: float32[1, 4])
+node n2 = Neg(v1) -> (v2: float32[1, 4])
+node n4 = Exp(v2) -> (v4: float32[1, 4])
+node n6 = Neg(v4) -> (v6: float32[1, 4])
+node n8 = Abs(v6) -> (v8: float32[1, 4])
+node n9 = Sqrt(v8) -> (v9: float32[1, 4])
+output v2
+output v4
+output v6
+output v9
+"""
+
+
+def accept_all(sub):
+    return sub.name
+
+
+def max_nodes(limit, sub):
+    """Fails when the subgraph holds more than ``limit`` nodes (monotone)."""
+    if len(sub) > limit:
+        raise CompileError("core count", "test chip", len(sub), limit)
+    return len(sub)
+
+
+def max_weight(limit, sub):
+    """Fails when the subgraph's constants exceed ``limit`` bytes (monotone)."""
+    need = sum(v.nbytes for v in sub.constants.values())
+    if need > limit:
+        raise CompileError("SRAM", "test chip", need, limit)
+    return need
+
+
+def refuse_op(op, sub):
+    if any(n.op_type == op for n in sub.nodes):
+        raise CompileError("SRAM", "core (0,0)", 2e6, 1e6)
+    return len(sub)
+
+
+def run_chain(graph, result, feeds):
+    """Run the executables' subgraphs one after another, passing values by name (as the
+    chip passes them through DRAM)."""
+    env = dict(feeds)
+    for sub in result.subgraphs(graph):
+        verify(sub)
+        out = run(sub, {v.name: env[v.name] for v in sub.inputs})
+        env.update(out)
+    return {v.name: env[v.name] for v in graph.outputs}
+
+
+def test_seed_example_cuts_at_target_nodes():
+    g = parse(SEED)
+    assert [n.name for n in target_nodes(g)] == ["n2", "n4", "n6"]
+    res = serial_partition(g, accept_all, SerialSettings(fusion="none"))
+    names = [[n.name for n in res.order[p.start:p.end]] for p in res.pieces]
+    assert names == [["n1", "n2"], ["n4"], ["n6"], ["n8", "n9"]]  # {1,2,3}, {4,5}, {6,7}, {8,9}
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    got = run_chain(g, res, feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])  # a serial cut moves values, never changes them
+
+
+def test_every_output_of_a_multi_exit_network_is_stored():
+    g = parse(SEED)
+    res = serial_partition(g, accept_all, SerialSettings(fusion="none"))
+    subs = res.subgraphs(g)
+    emitted = {v.name for s in subs for v in s.outputs}
+    assert {"v2", "v4", "v6", "v9"} <= emitted
+
+
+def test_split_on_failure_until_every_piece_compiles_and_outputs_hold():
+    g = random_network(24, seed=5, channels=4, size=4, batch=1, ctrl_edges=0)
+    res = serial_partition(g, functools.partial(max_nodes, 5), SerialSettings(fusion="none"))
+    assert all(len(p) <= 5 for p in res.pieces)
+    assert [p.start for p in res.pieces][0] == 0 and res.pieces[-1].end == len(g)
+    assert all(a.end == b.start for a, b in itertools.pairwise(res.pieces))
+    feeds = random_inputs(g, 1)
+    want, got = run(g, feeds), run_chain(g, res, feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_an_operator_that_never_compiles_is_named():
+    g = parse(SEED)
+    with pytest.raises(CompileError, match=r"SRAM of core \(0,0\).*operator 'n4' \(Exp\) alone"):
+        serial_partition(g, functools.partial(refuse_op, "Exp"), SerialSettings(fusion="none"))
+
+
+def _brute_minimum(chain, fits):
+    best = len(chain)
+    m = len(chain)
+    for mask in range(1 << (m - 1)):
+        bounds = [0] + [i + 1 for i in range(m - 1) if mask >> i & 1] + [m]
+        if all(fits(Piece(chain[a].start, chain[b - 1].end)) for a, b in itertools.pairwise(bounds)):
+            best = min(best, len(bounds) - 1)
+    return best
+
+
+@given(st.integers(0, 10_000), st.integers(2, 12))
+@settings(max_examples=25, deadline=None)
+def test_optimal_reference_is_the_brute_force_minimum(seed, m):
+    """The two-pointer DP gives the fewest ranges that fit, checked by enumerating every
+    grouping of a random chain under a monotone (weight-budget) feasibility."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 10, m)
+    limit = int(rng.integers(int(sizes.max()), int(sizes.sum()) + 1))
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    chain = [Piece(i, i + 1) for i in range(m)]
+
+    def fits(p):
+        return prefix[p.end] - prefix[p.start] <= limit
+
+    class Svc:
+        def fits(self, p):
+            return fits(p)
+
+    got = minimum_chain(chain, Svc())
+    assert all(fits(p) for p in got)
+    assert len(got) == _brute_minimum(chain, fits)
+
+
+class _Fake:
+    """A service whose compiles succeed by a rule on pieces; counts calls."""
+
+    def __init__(self, ok):
+        self.ok, self.calls = ok, 0
+
+    def compile_many(self, pieces):
+        from corefold.passes.serial.compilers import Outcome
+
+        self.calls += len(pieces)
+        return [Outcome(p, "exe") if self.ok(p) else Outcome(p, None, CompileError("SRAM", "x", 2, 1)) for p in pieces]
+
+    def compile(self, p):
+        return self.compile_many([p])[0]
+
+
+def test_forward_greedy_follows_the_seed():
+    """[000 §100-118]: fuse current + next; failure -> current final, next current; success
+    -> fused final, the one after next current. Chain h i j k l with (h,i) fusable only."""
+    chain = [Piece(i, i + 1) for i in range(5)]
+    svc = _Fake(lambda p: (p.start, p.end) == (0, 2))
+    assert fuse_forward(chain, svc) == [Piece(0, 2), Piece(2, 3), Piece(3, 4), Piece(4, 5)]
+    svc = _Fake(lambda p: len(p) <= 2)
+    assert fuse_forward(chain, svc) == [Piece(0, 2), Piece(2, 4), Piece(4, 5)]
+
+
+def test_bidirectional_follows_the_seed():
+    """[000 §120-131]: both ends at once; a failing forward pair finalises the earlier
+    piece, a failing backward pair the later one. Chain h..m (6 pieces): forward (h,i) ok,
+    backward (l,m) fails -> m final; then forward (j,k) ok and the walks meet at l."""
+    chain = [Piece(i, i + 1) for i in range(6)]
+    ok = {(0, 2), (2, 4), (3, 5)}
+    svc = _Fake(lambda p: (p.start, p.end) in ok)
+    assert fuse_bidirectional(chain, svc) == [Piece(0, 2), Piece(2, 4), Piece(4, 5), Piece(5, 6)]
+
+
+def test_pairs_fuse_independently():
+    chain = [Piece(i, i + 1) for i in range(5)]
+    svc = _Fake(lambda p: p.start != 2)
+    assert fuse_pairs(chain, svc) == [Piece(0, 2), Piece(2, 3), Piece(3, 4), Piece(4, 5)]
+
+
+@pytest.mark.parametrize("strategy", ["a", "b", "c", "d", "optimal"])
+def test_every_strategy_keeps_only_compiling_pieces(strategy):
+    g = random_network(30, seed=2, channels=4, size=4, batch=1, ctrl_edges=0)
+    limit = 3 * max(sum(v.nbytes for v in n.inputs if v is not None and v.is_constant) for n in g.nodes)
+    compile_fn = functools.partial(max_weight, limit)
+    res = serial_partition(g, compile_fn, SerialSettings(fusion=strategy, group_max_weight_bytes=limit))
+    assert res.minimum_executables is not None and len(res.pieces) >= res.minimum_executables
+    for sub in res.subgraphs(g):
+        compile_fn(sub)
+    feeds = random_inputs(g, 0)
+    want, got = run(g, feeds), run_chain(g, res, feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    if strategy == "optimal":
+        assert len(res.pieces) == res.minimum_executables
+
+
+def test_compare_strategies_counts_each_strategy_apart():
+    g = random_network(30, seed=4, channels=4, size=4, batch=1, ctrl_edges=0)
+    limit = 3 * max(sum(v.nbytes for v in n.inputs if v is not None and v.is_constant) for n in g.nodes)
+    table = compare_strategies(g, functools.partial(max_weight, limit), SerialSettings(group_max_weight_bytes=limit))
+    assert set(table) == {"a", "b", "c", "d", "optimal"}
+    minimum = table["optimal"].minimum_executables
+    assert len(table["optimal"].pieces) == minimum
+    assert all(len(r.pieces) >= minimum for r in table.values())
+    assert all(r.compile_calls >= 1 for r in table.values())
+
+
+def test_process_pool_gives_the_same_partition():
+    g = random_network(20, seed=7, channels=4, size=4, batch=1, ctrl_edges=0)
+    fn = functools.partial(max_nodes, 4)
+    one = serial_partition(g, fn, SerialSettings(workers=1))
+    two = serial_partition(g, fn, SerialSettings(workers=2))
+    assert one.pieces == two.pieces and one.compile_calls == two.compile_calls
+
+
+def test_extract_keeps_constants_inputs_and_outputs():
+    g = random_network(10, seed=1, channels=4, size=4, batch=1, ctrl_edges=2)
+    order = g.topological_order()
+    sub = extract(g, order, Piece(3, 7))
+    verify(sub)
+    assert [n.name for n in sub.nodes] == [n.name for n in order[3:7]]
+    attrs = Attributes.of(order)
+    assert attrs.total("nodes", Piece(3, 7)) == 4
+    svc = CompileService(g, order, accept_all)
+    assert svc.compile(Piece(0, 10)).ok and svc.calls == 1
+    svc.compile(Piece(0, 10))
+    assert svc.calls == 1  # cached
+
+
+def test_group_limits_bound_strategy_a():
+    g = random_network(16, seed=3, channels=4, size=4, batch=1, ctrl_edges=0)
+    order = g.topological_order()
+    attrs = Attributes.of(order)
+    limits = GroupLimits(max_nodes=3)
+    assert limits.within_max(attrs, Piece(0, 3)) and not limits.within_max(attrs, Piece(0, 4))
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_galloping_cover_equals_the_dp_over_every_position(seed, n):
+    """minimum_cover (greedy steps found by galloping) gives the DP's count over single
+    positions, with far fewer feasibility checks."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 10, n)
+    limit = int(rng.integers(int(sizes.max()), int(sizes.sum()) + 1))
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    calls = []
+
+    def fits(p):
+        calls.append(p)
+        return prefix[p.end] - prefix[p.start] <= limit
+
+    from corefold.passes.serial.fusion import minimum_cover
+
+    got = minimum_cover(0, n, fits)
+    assert got[0].start == 0 and got[-1].end == n and all(fits(p) for p in got)
+
+    class Svc:
+        def fits(self, p):
+            return prefix[p.end] - prefix[p.start] <= limit
+
+    assert len(got) == len(minimum_chain([Piece(i, i + 1) for i in range(n)], Svc()))
+
+
+def test_optimal_cover_repaired_when_fits_overestimates():
+    """The fast check said [3, 9) fits but it does not compile; the cover must still hold
+    every operator once, in order, with only compiling ranges (a lost range [3, 4) between
+    two of the chain's cut points once left the chain without an executable)."""
+    from corefold.passes.serial.fusion import repair_cover
+
+    chain = [Piece(0, 2), Piece(2, 4), Piece(4, 6), Piece(6, 9)]
+    cover = [Piece(0, 3), Piece(3, 9)]
+    svc = _Fake(lambda p: not (p.start <= 3 and p.end >= 8) and len(p) <= 4)
+    got = repair_cover(cover, chain, svc)
+    assert got == [Piece(0, 3), Piece(3, 4), Piece(4, 6), Piece(6, 9)]
+    # a single operator that never compiles is the compiler's error
+    svc = _Fake(lambda p: not p.start <= 5 < p.end)
+    with pytest.raises(CompileError):
+        repair_cover([Piece(0, 9)], chain, svc)

@@ -1,0 +1,212 @@
+"""The simulator on hand-built executables: timelines computed by hand, SRAM checks, errors."""
+
+import numpy as np
+import pytest
+
+from corefold.backend.executable import (
+    Compute,
+    Copy,
+    DmaLoad,
+    DmaStore,
+    Recv,
+    Send,
+    Signal,
+    View,
+    Wait,
+    xy_route,
+)
+from corefold.errors import DataError, TargetError
+from corefold.sim.memory import SramError
+from corefold.sim.simulate import run_simulation, simulate
+from corefold.sim.testing import ExeBuilder, small_target
+from corefold.sim.timed import ProgramError
+
+NS = 1e-9
+
+
+def _matmul_relu(seed=0):
+    """y = Relu(x @ W) on core (0,0) of the small target; x comes from DRAM at router (1,0)."""
+    t = small_target()
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    b = ExeBuilder(t)
+    x = b.graph_input("x", (1, 4))
+    y = b.graph_output("y", (1, 4))
+    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
+    bx = b.buffer((0, 0), (1, 4), offset=64, name="x")
+    by = b.buffer((0, 0), (1, 4), offset=128, name="xw")
+    bz = b.buffer((0, 0), (1, 4), offset=192, name="y")
+    mm = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
+    relu = b.op("Relu", [(1, 4)], [(1, 4)], "vector", 4)
+    core = (0, 0)
+    b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(bx), xy_route((1, 0), core)))
+    b.add(core, Compute(mm, "matrix0", (b.view(bx), b.view(wb)), (b.view(by),), deps=(0,)))
+    b.add(core, Compute(relu, "vector0", (b.view(by),), (b.view(bz),), deps=(1,)))
+    b.add(core, DmaStore("dma0", b.view(bz), b.view(y, dram=True), xy_route(core, (1, 0)), deps=(2,)))
+    return b.build(), t, w
+
+
+def test_one_core_timeline_and_report_by_hand():
+    exe, t, w = _matmul_relu()
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+    sim = run_simulation(exe, {"x": x}, t)
+    np.testing.assert_allclose(sim.outputs["y"], np.maximum(x @ w, 0), rtol=1e-6)
+    r = sim.report
+    # weight W (64 B) over the 4 B/ns host link: 16 ns; then x (16 B): host 16-20, hop E
+    # 16-20 (tail), channel 18-22; the run starts at 22 ns
+    assert r.load_s == pytest.approx(16 * NS)
+    assert sim.timed.run_start == pytest.approx(22 * NS)
+    # load: channel 22-23, hop W 22-24, DMA 24-26; matmul 16 MAC / 8 = 26-28; relu 28-29;
+    # store: DMA 29-30, hop E 29-31, channel 31-33
+    assert sim.timed.run_end == pytest.approx(33 * NS)
+    assert r.latency_s == pytest.approx(11 * NS)
+    # roofline: DRAM (16 + 16 B) / 16 GB/s = 2 ns binds (matrix 0.5 ns, vector 0.25 ns)
+    assert r.roofline_s == pytest.approx(2 * NS)
+    assert r.instructions == 4 and r.dram_bytes == 32 and r.host_bytes == 32 and r.noc_bytes == 32
+    links = np.asarray(r.link_bytes)
+    assert links.shape == (2, 2, 4)
+    assert links[0, 1, 3] == 16 and links[0, 0, 1] == 16 and links.sum() == 32  # (1,0) W and (0,0) E
+    # W + x + xw live from 26 to 28 ns: 96 bytes; other cores hold nothing
+    assert r.sram_peak_bytes == [96, 0, 0, 0] and r.sram_capacity_bytes == 4096
+    assert r.utilisation == pytest.approx({"matrix": 2 / 44, "vector": 1 / 44, "dma": 3 / 44})
+    outputs, report = simulate(exe, {"x": x}, t)
+    np.testing.assert_array_equal(outputs["y"], sim.outputs["y"])
+    assert report == r
+
+
+def _two_senders():
+    t = small_target()
+    b = ExeBuilder(t)
+    a_src = b.buffer((0, 0), (4,), data=np.arange(4), name="a")
+    b_src = b.buffer((1, 0), (4,), data=np.arange(4) + 10, name="b")
+    a_dst = b.buffer((1, 1), (4,), offset=0, name="a'")
+    b_dst = b.buffer((1, 1), (4,), offset=64, name="b'")
+    out = b.graph_output("ab", (2, 4))
+    b.add((0, 0), Send(1, b.view(a_src), (1, 1), b.view(a_dst), xy_route((0, 0), (1, 1))))
+    b.add((1, 0), Send(2, b.view(b_src), (1, 1), b.view(b_dst), xy_route((1, 0), (1, 1))))
+    b.add((1, 1), Recv(1, (0, 0), b.view(a_dst)))
+    b.add((1, 1), Recv(2, (1, 0), b.view(b_dst)))
+    for i, (src, deps) in enumerate(((a_dst, (0,)), (b_dst, (1,)))):
+        b.add((1, 1), DmaStore("dma0", b.view(src), View(out, (2, 4), (i, 0), (1, 4)),
+                               xy_route((1, 1), (1, 0)), deps=deps))
+    return b.build(), t
+
+
+def test_two_sends_share_one_link_and_queue_only_there():
+    exe, t = _two_senders()
+    sim = run_simulation(exe, {}, t)
+    np.testing.assert_array_equal(sim.outputs["ab"], [[0, 1, 2, 3], [10, 11, 12, 13]])
+    s0 = sim.timed.run_start
+    # weights: a (16 B) host 0-4 at (0,0); b host 4-8 then hop E 4-8: loaded at 10 ns
+    assert s0 == pytest.approx(10 * NS)
+    tl = sim.timed.timeline
+    send_a, send_b = sim.timed.task[0][0], sim.timed.task[1][0]
+    # b reaches link (1,0) S at once: 0-2, done at 4; a crosses (0,0) E 0-2 and reaches
+    # (1,0) S at 2, when b has just left it: 2-4, done at 6 (run-relative ns)
+    assert tl.finish[send_b] - s0 == pytest.approx(4 * NS)
+    assert tl.finish[send_a] - s0 == pytest.approx(6 * NS)
+    links = np.asarray(sim.report.link_bytes)
+    assert links[0, 0, 1] == 16 and links[0, 1, 2] == 32
+    # stores: (1,1) -> (1,0) is one hop N each, 16 B each
+    assert links[1, 1, 0] == 32
+    assert sim.report.noc_bytes == 16 * 2 + 16 + 2 * 16
+
+
+def test_a_recv_waits_for_its_send_and_a_wait_for_its_signal():
+    t = small_target()
+    b = ExeBuilder(t)
+    x = b.graph_input("x", (4,))
+    y = b.graph_output("y", (4,))
+    mid = b.region((4,), name="mid")
+    bx = b.buffer((0, 0), (4,), name="x")
+    by = b.buffer((0, 1), (4,), name="y")
+    # core (0,0): load x, store it to DRAM, signal (0,1); core (0,1): wait, load, store
+    b.add((0, 0), DmaLoad("dma0", b.view(x, True), b.view(bx), xy_route((1, 0), (0, 0))))
+    b.add((0, 0), DmaStore("dma0", b.view(bx), b.view(mid, True), xy_route((0, 0), (1, 0)), deps=(0,)))
+    b.add((0, 0), Signal(7, (0, 1), xy_route((0, 0), (0, 1)), deps=(1,)))
+    b.add((0, 1), Wait(7, (0, 0)))
+    b.add((0, 1), DmaLoad("dma0", b.view(mid, True), b.view(by), xy_route((1, 0), (0, 1)), deps=(0,)))
+    b.add((0, 1), DmaStore("dma0", b.view(by), b.view(y, True), xy_route((0, 1), (1, 0)), deps=(1,)))
+    exe = b.build()
+    xs = np.array([1, -2, 3, -4], np.float32)
+    sim = run_simulation(exe, {"x": xs}, t)
+    np.testing.assert_array_equal(sim.outputs["y"], xs)
+    tl = sim.timed.timeline
+    store, signal = sim.timed.task[0][1], sim.timed.task[0][2]
+    wait, load = sim.timed.task[1][0], sim.timed.task[1][1]
+    assert tl.finish[signal] - tl.finish[store] == pytest.approx(2 * NS)  # one hop S, no payload
+    assert tl.finish[wait] == tl.finish[signal] and tl.start[load] >= tl.finish[wait]
+
+
+def _reuse(with_dep: bool):
+    """Core (0,0) stores relu(x) from buffer u, then receives core (1,0)'s data into v at
+    u's address: safe only when the Recv is posted after the store completed."""
+    t = small_target()
+    b = ExeBuilder(t)
+    x = b.buffer((0, 0), (4,), offset=0, data=[1, -2, 3, -4], name="x")
+    u = b.buffer((0, 0), (4,), offset=64, name="u")
+    v = b.buffer((0, 0), (4,), offset=64, name="v")  # same address as u
+    z = b.buffer((1, 0), (4,), offset=0, data=[5, 6, 7, 8], name="z")
+    y = b.graph_output("y", (2, 4))
+    relu = b.op("Relu", [(4,)], [(4,)], "vector", 4)
+    c = (0, 0)
+    b.add(c, Compute(relu, "vector0", (b.view(x),), (b.view(u),)))
+    b.add(c, DmaStore("dma0", b.view(u), View(y, (2, 4), (0, 0), (1, 4)), xy_route(c, (1, 0)), deps=(0,)))
+    b.add(c, Recv(3, (1, 0), b.view(v), deps=(1,) if with_dep else ()))
+    b.add(c, DmaStore("dma0", b.view(v), View(y, (2, 4), (1, 0), (1, 4)), xy_route(c, (1, 0)), deps=(2,)))
+    b.add((1, 0), Send(3, b.view(z), c, b.view(v), xy_route((1, 0), c)))
+    return b.build(), t
+
+
+def test_a_reused_address_is_fine_once_ordered():
+    exe, t = _reuse(with_dep=True)
+    outputs, report = simulate(exe, {}, t)
+    np.testing.assert_array_equal(outputs["y"], [[1, 0, 3, 0], [5, 6, 7, 8]])
+    assert report.sram_peak_bytes[:2] == [32, 16]
+
+
+def test_two_live_buffers_at_one_address_are_an_internal_error():
+    # unordered, the Recv is posted at once: v is live while u still waits for its store
+    exe, t = _reuse(with_dep=False)
+    with pytest.raises(SramError, match=r"buffers '(u|v)' \[64, 80\) and '(u|v)' \[64, 80\) are live at once"):
+        run_simulation(exe, {}, t)
+
+
+def test_a_buffer_outside_the_sram_is_an_internal_error():
+    t = small_target()
+    b = ExeBuilder(t)
+    x = b.buffer((0, 0), (8,), offset=4096 - 16, data=np.zeros(8), name="x")
+    y = b.graph_output("y", (8,))
+    b.add((0, 0), DmaStore("dma0", b.view(x), b.view(y, True), xy_route((0, 0), (1, 0))))
+    with pytest.raises(SramError, match="outside the 4096 bytes of SRAM"):
+        run_simulation(b.build(), {}, t)
+
+
+def test_broken_programs_are_internal_errors():
+    t = small_target()
+    b = ExeBuilder(t)
+    a = b.buffer((0, 0), (4,), data=np.zeros(4))
+    d = b.buffer((1, 0), (4,))
+    b.add((0, 0), Send(1, b.view(a), (1, 0), b.view(d), xy_route((0, 0), (1, 0))))
+    with pytest.raises(ProgramError, match="tag 1: a Send without its partner"):
+        run_simulation(b.build(), {}, t)
+    b.add((1, 0), Recv(1, (0, 0), b.view(d)))
+    b.add((1, 0), Copy("dma3", b.view(d), b.view(d)))
+    with pytest.raises(ProgramError, match="no engine 'dma3'"):
+        run_simulation(b.build(), {}, t)
+
+
+def test_bad_inputs_and_targets_are_user_errors():
+    exe, t, _w = _matmul_relu()
+    with pytest.raises(DataError, match="missing input 'x'"):
+        simulate(exe, {}, t)
+    with pytest.raises(DataError, match="NaN or infinite"):
+        simulate(exe, {"x": np.full((1, 4), np.nan, np.float32)}, t)
+    with pytest.raises(DataError, match="dtype float64"):
+        simulate(exe, {"x": np.zeros((1, 4))}, t)
+    with pytest.raises(DataError, match="shape"):
+        simulate(exe, {"x": np.zeros((4,), np.float32)}, t)
+    with pytest.raises(TargetError, match="compiled for target 'sim-test'.*not for 'corefold-npu'"):
+        simulate(exe, {"x": np.zeros((1, 4), np.float32)}, "npu")
+    with pytest.raises(TargetError, match="no bundled preset"):
+        simulate(exe, {"x": np.zeros((1, 4), np.float32)})

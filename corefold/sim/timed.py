@@ -1,0 +1,308 @@
+"""The timed run of an executable: every instruction a task of the timing engine.
+
+Phases, one engine run (:mod:`corefold.sim.engine`, resources :mod:`corefold.sim.machine`):
+
+1. *load*: every resident weight buffer comes from the host: host link, then the XY route
+   from the host's router to its core (no DMA engine); ``load_s`` is when the last one
+   arrived;
+2. the graph inputs whose ``location`` is ``"host"`` are written into their DRAM regions:
+   host link, route from the host router to the channel's router, the channel;
+3. *run*: the programs, from the moment 1 and 2 are done (``run_start``) until every
+   instruction completed (``run_end``): ``latency_s = run_end - run_start``;
+4. the ``"host"`` outputs are read back: channel, route to the host router, host link.
+
+The executable's rules (``corefold.backend.executable``) become dependencies: an
+instruction waits for its ``deps``, for the previous instruction of its engine (each engine
+runs one instruction at a time, in program order), a :class:`Send` also for its
+:class:`Recv`'s posting (rendezvous), a Recv's completion for the Send, a Wait for its
+Signal. A Recv is two tasks: *posted* (its deps done) and *done* (the data arrived). The
+stages of each instruction:
+
+=============  ==============================================================
+Compute        its engine for ``work / (throughput x clock)``
+DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
+DmaStore       the DMA engine -> each hop -> DRAM channel
+Copy           the DMA engine
+Send           each hop of ``route`` (bytes at the link's rate, hop latency)
+Signal         each hop with no payload (latencies only)
+Recv, Wait     none (they complete when what they wait for arrived)
+=============  ==============================================================
+
+Tasks are added to the engine in a topological order of these dependencies (Kahn), which
+exists because the programs cannot deadlock (the backend's ordering argument); a cycle is
+an :class:`~corefold.errors.InternalError`. O(N + D) to build for N instructions and D
+dependencies, plus the engine's O((N + S) log(N + S)) for S stages.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from corefold.backend.executable import (
+    Compute,
+    Copy,
+    DmaLoad,
+    DmaStore,
+    Executable,
+    Recv,
+    Send,
+    Signal,
+    View,
+    Wait,
+    instruction_kind,
+    xy_route,
+)
+from corefold.errors import InternalError
+from corefold.sim.engine import Engine, Stage, Timeline
+from corefold.sim.machine import Machine
+from corefold.target import Target
+
+
+class ProgramError(InternalError):
+    """The executable breaks its own rules (an unmatched tag, a dependency cycle, a bad engine)."""
+
+
+@dataclass
+class TimedRun:
+    """What the timed run computed.
+
+    Attributes:
+        engine, machine, timeline: the engine, its resources and what it computed.
+        task: per core index and instruction, the task whose finish is the instruction's
+            completion (``task[c][j]``).
+        posted: per core index, instruction -> the task of a Recv's posting.
+        load_end: when the last weight arrived (``load_s``).
+        run_start, run_end: the run's bounds (``latency_s = run_end - run_start``).
+        transfers: ``(bytes, route, what)`` of every NoC transfer of the run (what is
+            ``"send"``, ``"load"`` or ``"store"``).
+        dram_bytes, host_bytes: bytes through DRAM channels during the run, and over the
+            host link for inputs and outputs.
+    """
+
+    engine: Engine
+    machine: Machine
+    timeline: Timeline
+    task: list[list[int]]
+    posted: list[dict[int, int]]
+    load_end: float
+    run_start: float
+    run_end: float
+    transfers: list[tuple[int, tuple, str]]
+    dram_bytes: int
+    host_bytes: int
+
+    def start(self, c: int, j: int) -> float:
+        """When instruction ``j`` of core ``c`` started (a Recv: when it was posted)."""
+        if j in self.posted[c]:
+            return float(self.timeline.finish[self.posted[c][j]])
+        return float(self.timeline.start[self.task[c][j]])
+
+    def finish(self, c: int, j: int) -> float:
+        """When instruction ``j`` of core ``c`` completed."""
+        return float(self.timeline.finish[self.task[c][j]])
+
+
+def view_bytes(exe: Executable, view: View, dram: bool) -> int:
+    """Bytes a transfer of ``view`` moves: its elements times its buffer's item size."""
+    dtype = exe.regions[view.ref].dtype if dram else exe.buffers[view.ref].dtype
+    return view.elements * np.dtype(dtype).itemsize
+
+
+def time_executable(exe: Executable, target: Target) -> TimedRun:
+    """Build and run the tasks of every phase (module docstring).
+
+    Raises:
+        ProgramError: an engine the core does not have, a Send, Recv, Signal or Wait
+            without its partner, or a dependency cycle.
+    """
+    engine = Engine()
+    m = Machine.build(target, engine)
+    clock = target.clock_hz
+
+    # -- nodes and their dependencies ---------------------------------------------------------
+    # node ids: (c, j) -> 2 * flat + 0 (completion), Recv posting -> 2 * flat + 1
+    offsets = np.cumsum([0] + [len(p.instructions) for p in exe.programs]).tolist()
+    total = offsets[-1]
+    preds: list[list[int]] = [[] for _ in range(2 * total)]
+    is_node = [False] * (2 * total)
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    signals: dict[int, int] = {}
+    waits: dict[int, int] = {}
+    for c, p in enumerate(exe.programs):
+        last_on: dict[str, int] = {}
+        for j, ins in enumerate(p.instructions):
+            flat = offsets[c] + j
+            is_node[2 * flat] = True
+            for d in ins.deps:
+                if not 0 <= d < j:
+                    raise ProgramError(f"core {p.core} instruction {j}: dependency {d} is not an earlier instruction")
+            dep_nodes = [2 * (offsets[c] + d) for d in ins.deps]
+            unit = getattr(ins, "unit", None)
+            if unit is not None:
+                if (p.core, unit) not in m.units:
+                    raise ProgramError(f"core {p.core} instruction {j}: no engine '{unit}' on this core")
+                if unit in last_on:
+                    dep_nodes.append(2 * last_on[unit])
+                last_on[unit] = flat
+            if isinstance(ins, Recv):
+                is_node[2 * flat + 1] = True
+                preds[2 * flat + 1] = dep_nodes
+                preds[2 * flat] = [2 * flat + 1]
+                _unique(recvs, ins.tag, flat, "Recv")
+            else:
+                preds[2 * flat] = dep_nodes
+                if isinstance(ins, Send):
+                    _unique(sends, ins.tag, flat, "Send")
+                elif isinstance(ins, Signal):
+                    _unique(signals, ins.tag, flat, "Signal")
+                elif isinstance(ins, Wait):
+                    _unique(waits, ins.tag, flat, "Wait")
+    for a, b, what in ((sends, recvs, "Send"), (signals, waits, "Signal")):
+        if set(a) != set(b):
+            tag = min(set(a) ^ set(b))
+            raise ProgramError(f"tag {tag}: a {what} without its partner")
+    for tag, s in sends.items():
+        r = recvs[tag]
+        preds[2 * s].append(2 * r + 1)  # rendezvous: the Recv is posted
+        preds[2 * r].append(2 * s)      # the Recv completes when the data arrived
+    for tag, s in signals.items():
+        preds[2 * waits[tag]].append(2 * s)
+
+    # -- phases 1 and 2 ------------------------------------------------------------------------
+    weight_tasks = []
+    for b in exe.buffers:
+        if b.kind == "weight":
+            route = xy_route(target.host_router, b.core)
+            weight_tasks.append(engine.task([m.host_stage(b.nbytes), *m.hops(route, b.nbytes)],
+                                            name=f"load weight {b.name}", category="weight load",
+                                            args={"bytes": b.nbytes, "core": f"{b.core}"}))
+    loaded = engine.task([], deps=weight_tasks, name="weights loaded", category="phase")
+    host_bytes = 0
+    input_tasks = []
+    channels = target.dram_channels
+    for io in exe.inputs:
+        if io.location == "host":
+            reg = exe.regions[io.region]
+            route = xy_route(target.host_router, channels[reg.channel])
+            input_tasks.append(engine.task([m.host_stage(reg.nbytes), *m.hops(route, reg.nbytes),
+                                            m.channel_stage(reg.channel, reg.nbytes)], deps=[loaded],
+                                           name=f"write input {io.name}", category="host",
+                                           args={"bytes": reg.nbytes}))
+            host_bytes += reg.nbytes
+    run_start = engine.task([], deps=[loaded, *input_tasks], name="run start", category="phase")
+
+    # -- phase 3: the programs, in a topological order ----------------------------------------
+    order = _topological(preds, is_node)
+    task_of = [-1] * (2 * total)
+    transfers: list[tuple[int, tuple, str]] = []
+    dram_bytes = 0
+    flat_core = np.repeat(np.arange(len(exe.programs)), np.diff(offsets)).tolist()
+    for node in order:
+        flat = node // 2
+        c = flat_core[flat]
+        j = flat - offsets[c]
+        p = exe.programs[c]
+        ins = p.instructions[j]
+        deps = [task_of[q] for q in preds[node]] or [run_start]
+        label = f"({p.core[0]},{p.core[1]})#{j}"
+        if node % 2:  # a Recv's posting
+            task_of[node] = engine.task([], deps=deps, name=f"post recv {ins.tag}", category="sync",
+                                        args={"instruction": label})
+            continue
+        kind = instruction_kind(ins)
+        stages: list[Stage] = []
+        args: dict = {"instruction": label}
+        if isinstance(ins, Compute):
+            op = exe.ops[ins.op]
+            unit = target.units[op.unit_kind]
+            stages = [m.unit_stage(p.core, ins.unit, op.work / (unit.throughput * clock))]
+            name, args["op_type"] = op.name, op.op_type
+        elif isinstance(ins, (DmaLoad, DmaStore)):
+            load = isinstance(ins, DmaLoad)
+            region = exe.regions[ins.src.ref if load else ins.dst.ref]
+            nbytes = view_bytes(exe, ins.src, dram=load)
+            dma = m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes))
+            chan = m.channel_stage(region.channel, nbytes)
+            hops = m.hops(ins.route, nbytes)
+            stages = [chan, *hops, dma] if load else [dma, *hops, chan]
+            transfers.append((nbytes, ins.route, "load" if load else "store"))
+            dram_bytes += nbytes
+            name = f"{'load' if load else 'store'} {region.name}"
+            args["bytes"] = nbytes
+        elif isinstance(ins, Copy):
+            nbytes = view_bytes(exe, ins.src, dram=False)
+            stages = [m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes))]
+            name = f"copy {exe.buffers[ins.src.ref].name}"
+            args["bytes"] = nbytes
+        elif isinstance(ins, Send):
+            nbytes = view_bytes(exe, ins.src, dram=False)
+            stages = m.hops(ins.route, nbytes)
+            transfers.append((nbytes, ins.route, "send"))
+            name = f"send {exe.buffers[ins.src.ref].name}"
+            args.update(bytes=nbytes, to=f"{ins.dst_core}")
+        elif isinstance(ins, Signal):
+            stages = m.hops(ins.route, 0)
+            name = f"signal {ins.tag}"
+        else:  # Recv completion, Wait
+            name = f"{kind} {ins.tag}"
+        task_of[node] = engine.task(stages, deps=deps, name=name, category=kind, args=args)
+    run_end = engine.task([], deps=[task_of[n] for n in order if n % 2 == 0] or [run_start],
+                          name="run end", category="phase")
+
+    # -- phase 4 -------------------------------------------------------------------------------
+    for io in exe.outputs:
+        if io.location == "host":
+            reg = exe.regions[io.region]
+            route = xy_route(channels[reg.channel], target.host_router)
+            engine.task([m.channel_stage(reg.channel, reg.nbytes), *m.hops(route, reg.nbytes),
+                         m.host_stage(reg.nbytes)], deps=[run_end], name=f"read output {io.name}",
+                        category="host", args={"bytes": reg.nbytes})
+            host_bytes += reg.nbytes
+
+    timeline = engine.run()
+    task = [[task_of[2 * (offsets[c] + j)] for j in range(len(p.instructions))] for c, p in enumerate(exe.programs)]
+    posted = [{j: task_of[2 * (offsets[c] + j) + 1] for j, ins in enumerate(p.instructions) if isinstance(ins, Recv)}
+              for c, p in enumerate(exe.programs)]
+    return TimedRun(engine, m, timeline, task, posted, float(timeline.finish[loaded]),
+                    float(timeline.finish[run_start]), float(timeline.finish[run_end]),
+                    transfers, dram_bytes, host_bytes)
+
+
+def _unique(table: dict[int, int], tag: int, flat: int, what: str) -> None:
+    if tag in table:
+        raise ProgramError(f"tag {tag}: two {what} instructions")
+    table[tag] = flat
+
+
+def _topological(preds: list[list[int]], is_node: list[bool]) -> list[int]:
+    """Kahn's order of the nodes (first in, first out among the ready ones). O(N + D).
+
+    Raises:
+        ProgramError: a cycle (names one node on it or behind it: ``2 * flat + posting``).
+    """
+    n = len(preds)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for v in range(n):
+        if is_node[v]:
+            for u in preds[v]:
+                succs[u].append(v)
+            indeg[v] = len(preds[v])
+    ready = deque(v for v in range(n) if is_node[v] and indeg[v] == 0)
+    order = []
+    while ready:
+        u = ready.popleft()
+        order.append(u)
+        for v in succs[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    if len(order) != sum(is_node):
+        stuck = next(v for v in range(n) if is_node[v] and indeg[v] > 0)
+        raise ProgramError(f"the programs deadlock: instruction {stuck // 2} (numbered over all cores in "
+                           f"program order) waits in a dependency cycle")
+    return order

@@ -1,0 +1,156 @@
+"""``corefold lower`` end to end: the executable it writes runs in ``corefold sim`` with the
+ONNX Runtime check passing, ``corefold inspect`` reads it back with the executable's own
+counts, a target that is too small is one line naming the resource, and bad output paths
+are refused before any work."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from corefold.backend.cfx import load
+from corefold.backend.executable import INSTRUCTION_TYPES, instruction_kind
+from corefold.cli import main
+
+MODEL = str(resources.files("corefold.examples").joinpath("tiny_cnn.onnx"))
+PRESET_2X2 = resources.files("corefold.target").joinpath("presets/npu-2x2.toml").read_text()
+
+
+@pytest.fixture(scope="module", params=["npu-2x2", "npu"])
+def lowered(request, tmp_path_factory):
+    """(target, .cfx path, report dict, stdout) of ``corefold lower`` on tiny_cnn."""
+    folder = tmp_path_factory.mktemp("lower")
+    cfx, report = folder / "tiny.cfx", folder / "lower.json"
+    out = io.StringIO()  # a module-scoped fixture has no capsys
+    with contextlib.redirect_stdout(out):
+        code = main(["lower", MODEL, "--target", request.param, "--preset", "fast", "-o", str(cfx),
+                     "--report", str(report)])
+    assert code == 0, out.getvalue()
+    return request.param, str(cfx), json.loads(report.read_text()), out.getvalue()
+
+
+def test_lower_prints_the_executables_own_numbers(lowered):
+    target, cfx, report, text = lowered
+    exe = load(cfx)
+    assert exe.target.name == {"npu-2x2": "corefold-npu-2x2", "npu": "corefold-npu"}[target]
+    n = sum(len(p.instructions) for p in exe.programs)
+    assert f"{len(exe.programs)} of {exe.target.width * exe.target.height} used" in text
+    assert re.search(rf"^instructions {n} \(", text, re.M), text
+    assert f"{exe.weight_bytes():,} bytes resident" in text
+    assert report["cores_used"] == len(exe.programs) and report["instructions"] == n
+    assert report["instructions_per_core"] == [len(p.instructions) for p in exe.programs]
+    assert report["sram_extent_bytes"] == [max(b.end for b in exe.buffers if b.core == c) for c in exe.cores]
+    assert max(report["sram_extent_bytes"]) <= report["sram_capacity_bytes"]
+    assert report["weight_bytes"] == sum(w.data.nbytes for w in exe.weights.values()) > 0
+
+
+def test_the_executable_runs_in_sim_and_matches_onnx_runtime(lowered, capsys):
+    _, cfx, _, _ = lowered
+    code = main(["sim", cfx, "--check", MODEL])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "check probs: max abs error" in text and "MISMATCH" not in text
+
+
+def test_inspect_prints_the_cfx_contents(lowered, capsys, tmp_path):
+    _, cfx, _, _ = lowered
+    exe = load(cfx)
+    assert main(["inspect", cfx]) == 0
+    text = capsys.readouterr().out
+    assert "format version 1" in text and exe.target.digest[:16] in text
+    assert f"{len(exe.ops)} ops on {len(exe.programs)} cores" in text
+    rows = {m.group(1): [int(v) for v in m.group(2).split()]
+            for m in re.finditer(r"^\((\d+,\d+)\)\s+((?:\d+\s+){9}\d+)", text, re.M)}
+    assert len(rows) == len(exe.programs)
+    for p in exe.programs:
+        kinds = [instruction_kind(i) for i in p.instructions]
+        want = [len(p.instructions)] + [kinds.count(k) for k in INSTRUCTION_TYPES]
+        want.append(sum(1 for b in exe.buffers if b.core == p.core))
+        assert rows[f"{p.core[0]},{p.core[1]}"] == want
+    assert "inputs       image: float32[1, 3, 64, 64]" in text and "outputs      probs: float32[1, 10]" in text
+    # recognised by its magic bytes whatever the suffix
+    other = tmp_path / "model.bin"
+    other.write_bytes(Path(cfx).read_bytes())
+    assert main(["inspect", str(other)]) == 0
+    assert "format version 1" in capsys.readouterr().out
+
+
+def test_inspect_refuses_a_corrupt_cfx_in_one_line(lowered, capsys, tmp_path):
+    _, cfx, _, _ = lowered
+    data = bytearray(Path(cfx).read_bytes())
+    data[-10] ^= 0xFF
+    bad = tmp_path / "bad.cfx"
+    bad.write_bytes(bytes(data))
+    assert main(["inspect", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checksum" in err and "bad.cfx" in err
+
+
+@pytest.mark.parametrize("edits,resource", [
+    ({"instruction_kib = 256": "instruction_kib = 1"}, "instruction memory of core"),
+    ({"width = 2 ": "width = 1 ", "height = 2 ": "height = 1 ", "sram_kib = 1024": "sram_kib = 64",
+      "sram_reserved_kib = 64": "sram_reserved_kib = 8", "dram_attach = [[0, 0], [0, 1], [1, 0], [1, 1]]":
+      "dram_attach = [[0, 0]]"}, "core count of target"),
+])
+def test_a_target_too_small_is_one_line_naming_the_resource(tmp_path, capsys, edits, resource):
+    text = PRESET_2X2
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    target = tmp_path / "small.toml"
+    target.write_text(text)
+    out = tmp_path / "m.cfx"
+    code = main(["lower", MODEL, "--target", str(target), "--preset", "fast", "-o", str(out),
+                 "--report", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("corefold lower: error: ") and resource in err, err
+    assert re.search(r"needed, .* available", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.toml"]
+
+
+@pytest.mark.parametrize("case", ["folder", "input", "report-is-output"])
+def test_bad_output_paths_are_refused_before_any_work(tmp_path, capsys, case):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(Path(MODEL).read_bytes())
+    (tmp_path / "dir").mkdir()
+    argv = {"folder": ["-o", str(tmp_path / "dir")], "input": ["-o", str(model)],
+            "report-is-output": ["-o", str(tmp_path / "a.cfx"), "--report", str(tmp_path / "a.cfx")]}[case]
+    before = {p.name: p.read_bytes() if p.is_file() else None for p in tmp_path.iterdir()}
+    code = main(["lower", str(model), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert {"folder": "is a folder", "input": "is an input", "report-is-output": "also the output"}[case] in err
+    assert {p.name: p.read_bytes() if p.is_file() else None for p in tmp_path.iterdir()} == before
+
+
+def test_plot_writes_the_placement_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "m.cfx", tmp_path / "placed.png"
+    assert main(["lower", MODEL, "--target", "npu-2x2", "--preset", "fast", "-o", str(out), "--plot", str(png)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 200 and height > 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.cfx", "placed.png"]
+
+
+def test_a_quantized_model_lowers_and_runs_in_sim(tmp_path, capsys):
+    import numpy as np
+
+    calib, q, cfx = tmp_path / "calib.npz", tmp_path / "q.onnx", tmp_path / "q.cfx"
+    np.savez(calib, image=np.random.default_rng(0).standard_normal((2, 3, 64, 64)).astype(np.float32))
+    assert main(["quantize", MODEL, "--calib", str(calib), "-o", str(q), "--quiet"]) == 0
+    assert main(["lower", str(q), "--target", "npu-2x2", "--preset", "fast", "-o", str(cfx)]) == 0
+    assert "int8" in capsys.readouterr().out
+    code = main(["sim", str(cfx), "--check", str(q)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "MISMATCH" not in out.out
