@@ -8,9 +8,24 @@ SGD or Adam step, and ``interpret`` runs an imported graph with PyTorch's own at
 operators (to check transformed graphs against the original).
 """
 
-from corefold.frontend.torch.importer import from_joint
-from corefold.frontend.torch.optimizer import add_optimizer
-from corefold.frontend.torch.trace import build_step, trace_spec, trace_step
+import importlib
+
+# The names are resolved on first use (PEP 562), so importing the package, as pytest does
+# to collect ``torch_test.py``, needs no torch; using one without the extra raises ImportError.
+_LAZY = {
+    "from_joint": "corefold.frontend.torch.importer",
+    "add_optimizer": "corefold.frontend.torch.optimizer",
+    "build_step": "corefold.frontend.torch.trace",
+    "trace_spec": "corefold.frontend.torch.trace",
+    "trace_step": "corefold.frontend.torch.trace",
+}
+__all__ = ["load_torch", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_torch(spec: str, batch: int | None = None, seq: int | None = None, optimizer: str = "none"):
@@ -23,6 +38,10 @@ def load_torch(spec: str, batch: int | None = None, seq: int | None = None, opti
         CorefoldError: a bad spec or size; ModelError: PyTorch cannot trace it;
             UnsupportedOpError: an operator or dtype the IR cannot hold.
     """
+    from corefold.frontend.torch.importer import from_joint
+    from corefold.frontend.torch.optimizer import add_optimizer
+    from corefold.frontend.torch.trace import trace_spec
+
     traced = trace_spec(spec, batch, seq)
     graph = from_joint(traced.gm, traced.input_names, traced.output_names)
     graph.name = spec.replace(":", "_").replace("-", "_")
