@@ -93,7 +93,11 @@ def test_conv_graph_qdq_runs_in_ort_and_integer_agrees(tmp_path, bits):
         x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
         want = sess.run(None, {"x": x})[0]
         got = runner.run({"x": x})["y"]
-        assert np.abs(got - want).max() <= step * 1.0001
+        # at most one output step apart (a rounding tie may fall either way after ORT's float
+        # accumulation reassociates), plus the float32 spacing of the dequantized values,
+        # since both sides multiply an integer by the scale in float32
+        ulps = 4 * np.spacing(np.abs(want).max())
+        assert np.abs(got - want).max() <= step * 1.0001 + ulps
         refs.append(run(float_graph, {"x": x})["y"])
         outs.append(want)
     assert _sqnr(np.concatenate(refs), np.concatenate(outs)) > (25 if bits == 8 else 60)
