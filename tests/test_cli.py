@@ -139,3 +139,16 @@ def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
     monkeypatch.setattr(inspect_cmd, "run", broken)
     assert main(["inspect", str(example_path("tiny_cnn.onnx"))]) == 141
     assert "internal error" not in capsys.readouterr().err
+
+
+def test_every_target_preset_is_named_in_the_target_help():
+    from corefold.cli.common import TARGET_PRESETS
+    from corefold.target import PRESETS
+
+    assert set(TARGET_PRESETS) == set(PRESETS)
+    for sub in ("lower", "order", "swap", "compile"):
+        out = subprocess.run([sys.executable, "-m", "corefold", sub, "--help"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        text = " ".join(out.stdout.split())
+        for name in PRESETS:
+            assert name in text, (sub, name)

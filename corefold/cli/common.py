@@ -73,9 +73,14 @@ def add_shape_argument(parser: argparse.ArgumentParser) -> None:
                              "(repeatable): specialises on axes, shapes, indices, k, conditions given as inputs")
 
 
-def add_target_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="npu", metavar="T",
-                        help="target preset (npu, neuromorphic) or TOML file (default: npu)")
+# the presets of corefold.target.load.PRESETS, written out so that --help imports no numpy
+# (cli_test checks the two agree)
+TARGET_PRESETS = ("npu", "npu-2x2", "npu-array", "neuromorphic", "gpu", "gpu-nvlink")
+
+
+def add_target_argument(parser: argparse.ArgumentParser, default: str = "npu") -> None:
+    parser.add_argument("--target", default=default, metavar="T",
+                        help=f"target preset ({', '.join(TARGET_PRESETS)}) or TOML file (default: {default})")
 
 
 def shape_bindings(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:

@@ -14,6 +14,7 @@ import re
 
 from corefold.cli.common import (
     add_shape_argument,
+    add_target_argument,
     atomic_output,
     atomic_outputs,
     check_outputs,
@@ -47,8 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--torch: the optimizer step in the graph (adam adds its state to the memory)")
     p.add_argument("--budget", type=parse_bytes, default=None, metavar="SIZE",
                    help="device memory budget, e.g. 4GiB (default: the target's memory)")
-    p.add_argument("--target", default="gpu", metavar="T",
-                   help="target preset (gpu, gpu-nvlink, npu, neuromorphic) or TOML file (default: gpu)")
+    add_target_argument(p, default="gpu")
     p.add_argument("-o", "--output", metavar="OUT", help="transformed graph, text form (and OUT.onnx for ONNX input)")
     p.add_argument("--report", metavar="r.json", help="write the figures as JSON")
     p.add_argument("--profile", metavar="mem.png", help="plot the memory over time before and after (matplotlib)")
