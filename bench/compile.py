@@ -11,7 +11,10 @@ compile cache seeded with the split phase's compiles, exactly as
 executables, host at the model's boundary) and simulated with ``corefold.sim.simulate_chain``
 on seeded random inputs. Per strategy it prints:
 
-* ``exes``: executables; ``/min``: over the optimal reference's minimum;
+* ``exes``: executables; ``/min``: over the optimal reference's minimum (cutting at any
+  position of the order); ``/chn``: over the fewest any fusion of the split chain can
+  reach (the DP over the chain's cut points: the fusion strategies' own optimum, so the
+  gap between ``/chn`` and ``/min`` is what the split phase's cut positions cost);
 * ``calls``: full compiles (``backend.lower``), the split phase's included; ``/opt``: over
   the optimal strategy's; ``fits``: fast feasibility checks (``backend.fits``);
 * ``wall s``: the split phase's wall time (shared) plus the strategy's own fusion;
@@ -232,7 +235,8 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
         dram, host = boundary_bytes(exes)
         row = {"strategy": s, "executables": len(res.pieces), "compile_calls": res.compile_calls,
                "fits_calls": res.fits_calls, "wall_s": split_s + fuse_s, "fuse_s": fuse_s, "dram_bytes": dram,
-               "host_bytes": host, "latency_s": None, "minimum_executables": res.minimum_executables}
+               "host_bytes": host, "latency_s": None, "minimum_executables": res.minimum_executables,
+               "chain_minimum_executables": res.chain_minimum_executables}
         if simulate:
             t2 = time.perf_counter()
             row["latency_s"] = simulate_chain(exes, feeds, target).report.latency_s
@@ -241,8 +245,10 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
         log(f"  {s:<8} {row['executables']} executables, {row['compile_calls']} compiles, {row['fits_calls']} fits, "
             f"fused in {fuse_s:.1f} s" + (f", simulated in {row['sim_s']:.1f} s" if simulate else ""))
     minimum = rows["optimal"]["minimum_executables"]
+    chain_minimum = rows["optimal"]["chain_minimum_executables"]
     for row in rows.values():
         row["minimum_executables"] = minimum
+        row["chain_minimum_executables"] = chain_minimum
     return {"operators": nodes_in, "operators_split": len(graph), "pieces_after_split": len(prep.chain),
             "split_calls": prep.split_calls, "split_s": split_s, "strategies": rows}
 
@@ -286,7 +292,7 @@ def failure(exc: BaseException) -> dict:
 
 
 # -- printing ----------------------------------------------------------------------------------------
-HEADER = (f"{'model':<22}{'strategy':<9}{'exes':>5}{'/min':>6}{'calls':>7}{'/opt':>6}{'fits':>6}{'wall s':>9}"
+HEADER = (f"{'model':<22}{'strategy':<9}{'exes':>5}{'/min':>6}{'/chn':>6}{'calls':>7}{'/opt':>6}{'fits':>6}{'wall s':>9}"
           f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}")
 
 
@@ -299,11 +305,13 @@ def print_model(name: str, result: dict) -> None:
     opt = rows.get("optimal")
     for s, r in rows.items():
         minimum = r["minimum_executables"] or 0
+        chain_min = r.get("chain_minimum_executables") or 0
         lat = f"{r['latency_s'] * 1e6:10.1f}" if r["latency_s"] is not None else f"{'-':>10}"
         lat_ratio = (f"{r['latency_s'] / opt['latency_s']:6.2f}" if r["latency_s"] and opt["latency_s"]
                      else f"{'-':>6}")
         print(f"{name if s == STRATEGIES[0] else '':<22}{s + ('*' if s == DEFAULT else ''):<9}{r['executables']:5d}"
-              f"{r['executables'] / minimum if minimum else float('nan'):6.2f}{r['compile_calls']:7d}"
+              f"{r['executables'] / minimum if minimum else float('nan'):6.2f}"
+              f"{r['executables'] / chain_min if chain_min else float('nan'):6.2f}{r['compile_calls']:7d}"
               f"{r['compile_calls'] / max(opt['compile_calls'], 1):6.2f}{r['fits_calls']:6d}{r['wall_s']:9.1f}"
               f"{r['dram_bytes'] / 1024:11.0f}{r['host_bytes'] / 1024:10.0f}{lat}{lat_ratio}", flush=True)
     if "compile" in result:
@@ -320,18 +328,22 @@ def print_model(name: str, result: dict) -> None:
 def goals(results: dict[str, dict]) -> list[str]:
     lines = []
     done = {m: r for m, r in results.items() if "strategies" in r}
-    ok = 0
-    worst_exes = worst_calls = 0.0
+    ok = ok_chain = 0
+    worst_exes = worst_chain = worst_calls = 0.0
     for r in done.values():
         d, opt = r["strategies"][DEFAULT], r["strategies"]["optimal"]
         ex = d["executables"] / max(d["minimum_executables"] or 1, 1)
+        exc = d["executables"] / max(d.get("chain_minimum_executables") or 1, 1)
         ca = d["compile_calls"] / max(opt["compile_calls"], 1)
-        worst_exes, worst_calls = max(worst_exes, ex), max(worst_calls, ca)
+        worst_exes, worst_chain, worst_calls = max(worst_exes, ex), max(worst_chain, exc), max(worst_calls, ca)
         ok += ex <= GOAL_EXES and ca <= GOAL_CALLS
+        ok_chain += exc <= GOAL_EXES and ca <= GOAL_CALLS
     if done:
         lines.append(f"goal 1: strategy '{DEFAULT}' within {GOAL_EXES}x of the minimum executables using <= "
                      f"{GOAL_CALLS:.0f}x the optimal reference's compile calls: {ok} of {len(done)} models "
                      f"(worst {worst_exes:.2f}x executables, {worst_calls:.2f}x calls)")
+        lines.append(f"  against the split chain's own minimum (fusion alone): {ok_chain} of {len(done)} models "
+                     f"(worst {worst_chain:.2f}x executables)")
         for s in STRATEGIES:
             exes = [r["strategies"][s]["executables"] / max(r["strategies"][s]["minimum_executables"] or 1, 1)
                     for r in done.values()]
@@ -413,7 +425,7 @@ def main(argv=None) -> int:
     print("-" * len(HEADER))
     for name, result in results.items():
         print_model(name, result)
-    print("\ncolumns: /min = executables over the optimal reference's minimum; calls = full compiles (split phase "
+    print("\ncolumns: /min = executables over the optimal reference's minimum; /chn = over the split chain's minimum (fusion alone); calls = full compiles (split phase "
           "included); /opt = over the optimal strategy's; fits = fast feasibility checks; wall s = split phase + the "
           "strategy's fusion; DRAM/host KiB = bytes read and written at the executables' boundaries; lat us = "
           "simulated latency of the chain")

@@ -107,6 +107,7 @@ def test_manifest_lists_a_chain_that_keeps_every_exit(work):
     assert len(exes) >= 2, "the 64 KiB cores cannot hold all four convolutions' weights"
     assert doc["fusion"] == "d"
     assert doc["minimum_executables"] <= len(exes) <= doc["compile_calls"]
+    assert doc["minimum_executables"] <= doc["chain_minimum_executables"] <= len(exes)
     assert sorted(p.name for p in build.glob("*.cfx")) == sorted(e["cfx"] for e in exes)
     # every exit is stored for the host; what crosses between executables stays in DRAM
     for name in ("exit1", "exit3"):

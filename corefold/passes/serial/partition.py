@@ -29,7 +29,7 @@ from corefold.ir import Graph, Node
 from corefold.passes.serial.chain import Attributes, Piece, extract
 from corefold.passes.serial.compilers import CompileService
 from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
-from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_cover
+from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_chain, minimum_cover
 from corefold.pipeline import Equivalence, PassResult
 
 
@@ -104,7 +104,12 @@ class SerialResult:
         outcomes: the compile outcome (executable) of each piece.
         compile_calls, fits_calls: full compiles and fast feasibility checks made.
         split_pieces: the chain after splitting on failure (before fusion).
-        minimum_executables: the optimal reference's count (None when not computed).
+        minimum_executables: the optimal reference's count, cutting at any position of
+            the order (None when not computed).
+        chain_minimum_executables: the fewest executables any fusion of ``split_pieces``
+            can reach (the DP over the split chain's cut points; None when not computed).
+            Between the two lies what fusion cannot recover because the split phase cut
+            elsewhere.
         crossing_bytes: bytes stored to DRAM between consecutive executables.
     """
 
@@ -117,6 +122,7 @@ class SerialResult:
     minimum_executables: int | None
     crossing_bytes: list[int] = field(default_factory=list)
     strategy: str = "d"
+    chain_minimum_executables: int | None = None
 
     def subgraphs(self, graph: Graph) -> list[Graph]:
         return [extract(graph, self.order, p, name=f"{graph.name}_part{i}") for i, p in enumerate(self.pieces)]
@@ -124,6 +130,7 @@ class SerialResult:
     def report(self) -> dict[str, Any]:
         return {"fusion": self.strategy, "executables": len(self.pieces), "compile_calls": self.compile_calls,
                 "fits_calls": self.fits_calls, "minimum_executables": self.minimum_executables,
+                "chain_minimum_executables": self.chain_minimum_executables,
                 "pieces_after_split": len(self.split_pieces),
                 "ranges": [[p.start, p.end] for p in self.pieces], "crossing_bytes": self.crossing_bytes}
 
@@ -221,13 +228,14 @@ def fuse_prepared(prep: Prepared, settings: SerialSettings, svc_factory, strateg
         fused = fuse(strategy, prep.chain, svc, prep.attrs, settings.limits(), settings.fusion_rounds)
         outcomes = svc.compile_many(fused)
         calls = prep.split_calls + svc.calls
-        minimum = None
+        minimum = chain_minimum = None
         if settings.reference if reference is None else reference:
             minimum = len(minimum_cover(0, len(prep.order), svc.fits))
+            chain_minimum = len(minimum_chain(prep.chain, svc)) if prep.chain else 0
     finally:
         svc.close()
     return SerialResult(prep.order, fused, [o.executable for o in outcomes], calls, svc.fits_calls, prep.chain,
-                        minimum, [int(prep.cross.bytes[p.end]) for p in fused[:-1]], strategy)
+                        minimum, [int(prep.cross.bytes[p.end]) for p in fused[:-1]], strategy, chain_minimum)
 
 
 def _factory(graph: Graph, compile_fn, fits_fn, settings: SerialSettings, memo=None, progress=None):
@@ -276,8 +284,10 @@ def compare_strategies(graph: Graph, compile_fn, settings: SerialSettings | None
     for i, s in enumerate(strategies):
         out[s] = fuse_prepared(prep, settings, make, strategy=s, reference=(i == 0) and settings.reference)
     minimum = out[strategies[0]].minimum_executables
+    chain_minimum = out[strategies[0]].chain_minimum_executables
     for r in out.values():
         r.minimum_executables = minimum
+        r.chain_minimum_executables = chain_minimum
     return out
 
 

@@ -226,6 +226,25 @@ def test_compare_strategies_counts_each_strategy_apart():
     assert len(table["optimal"].pieces) == minimum
     assert all(len(r.pieces) >= minimum for r in table.values())
     assert all(r.compile_calls >= 1 for r in table.values())
+    # the chain optimum: no strategy fuses the split chain into fewer, and it is reached by
+    # brute force over every grouping of the split chain into contiguous ranges
+    chain = table["d"].split_pieces
+    chain_min = table["d"].chain_minimum_executables
+    assert minimum <= chain_min <= min(len(r.pieces) for s, r in table.items() if s != "optimal")
+    fn = functools.partial(max_weight, limit)
+    order = table["d"].order
+
+    def compiles(i, j):
+        try:
+            fn(extract(g, order, Piece(chain[i].start, chain[j - 1].end)))
+            return True
+        except CompileError:
+            return False
+
+    best = [0] + [len(chain) + 1] * len(chain)
+    for j in range(1, len(chain) + 1):
+        best[j] = min(best[i] + 1 for i in range(j) if compiles(i, j))
+    assert chain_min == best[-1]
 
 
 def test_process_pool_gives_the_same_partition():
