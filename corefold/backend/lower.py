@@ -44,6 +44,9 @@ class LowerSettings:
             cores, as in a pipeline); False lets cores exchange data both ways.
         spread: how fast the clustering opens cores: at most ``spread`` times the share
             of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
+        pieces_per_core: the tile step cuts every operator longer than the graph's work
+            over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
+            so that the mesh has work; 0 cuts only what does not fit a core.
     """
 
     seed: int = 0
@@ -51,6 +54,7 @@ class LowerSettings:
     order_budget_seconds: float = 1.0
     acyclic: bool = False
     spread: float = 1.5
+    pieces_per_core: float = 2.0
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
@@ -74,7 +78,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     threshold = target.core_memory_threshold
     while threshold >= target.sram_bytes // 8:
         try:
-            lg = build(tile(graph, target, threshold), target)
+            lg = build(tile(graph, target, threshold, settings.pieces_per_core), target)
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread)
         except _NoRetry as exc:
