@@ -129,10 +129,11 @@ def _channel_axis(node: Node, follow: tuple[int, int] | None):
             return same[0]
     if node.op_type in MATRIX_OPS or node.op_type in ROW_OPS:
         return axes[0] if axes else None
-    # element-wise and the like: channels, never the batch of one
+    # element-wise and the like: rows of an image (as the convolutions next to it are
+    # cut), else channels; never the batch of one
     rank = len(node.outputs[0].shape)
     wide = [a for a in axes if a.extent >= 2]
-    pick = [a for a in wide if a.output[0] == min(1, rank - 1)]
+    pick = [a for a in wide if a.output[0] == (2 if rank == 4 else min(1, rank - 1))]
     return (pick or wide or [None])[0]
 
 
@@ -153,10 +154,11 @@ def row_cuttable(node: Node) -> bool:
     return not x.is_constant
 
 
-def _kernel_rows(node: Node) -> int:
+def _kernel_size(node: Node, axis: int) -> int:
+    """The kernel's extent along spatial ``axis`` (0 rows, 1 columns)."""
     if "kernel_shape" in node.attrs:
-        return int(node.attrs["kernel_shape"][0])
-    return int(node.inputs[1].shape[2])
+        return int(node.attrs["kernel_shape"][axis])
+    return int(node.inputs[1].shape[2 + axis])
 
 
 def cut_rows(graph: Graph, node: Node, k: int) -> Node:
@@ -170,7 +172,9 @@ def cut_rows(graph: Graph, node: Node, k: int) -> Node:
     s = int(node.attrs.get("strides", [1, 1])[0])
     d = int(node.attrs.get("dilations", [1, 1])[0])
     pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
-    reach = (_kernel_rows(node) - 1) * d + 1
+    reach = (_kernel_size(node, 0) - 1) * d + 1
+    s_w = int(node.attrs.get("strides", [1, 1])[1])
+    reach_w = (_kernel_size(node, 1) - 1) * int(node.attrs.get("dilations", [1, 1])[1]) + 1
     pieces: list[Node] = []
     slices: dict[tuple[int, int], Value] = {}
     for j in range(k):
@@ -182,8 +186,11 @@ def cut_rows(graph: Graph, node: Node, k: int) -> Node:
             slices[(lo_c, hi_c)] = x if (lo_c, hi_c) == (0, h) else _slice_rows(graph, x, lo_c, hi_c)
         attrs = dict(node.attrs)
         attrs["pads"] = [lo_c - lo, pads[1], hi - hi_c, pads[3]]
-        if "ceil_mode" in attrs:
-            attrs["ceil_mode"] = 0  # the band's pads give exactly b - a rows
+        if int(attrs.get("ceil_mode", 0)):
+            # NOTE: explicit pads give exactly the rows and columns ceil_mode gave (MaxPool
+            # only: row_cuttable refuses an AveragePool, whose tail taps never count)
+            attrs["ceil_mode"] = 0
+            attrs["pads"][3] = max(0, (y.shape[3] - 1) * s_w - pads[1] + reach_w - x.shape[3])
         piece = graph.make_node(node.op_type, [slices[(lo_c, hi_c)], *node.inputs[1:]], attrs,
                                 name=f"{node.name}_rows{j}", output_names=[f"{y.name}_rows{j}"],
                                 domain=node.domain)
