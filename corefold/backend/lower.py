@@ -19,7 +19,7 @@ instruction memory, for serial partitioning (M1) to test many candidates quickly
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corefold.backend.executable import Executable, Op, target_fingerprint
 from corefold.backend.lgraph import LoweredGraph, build
@@ -113,11 +113,27 @@ class _NoRetry(CompileError):
 def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
     """Lower ``graph`` (static shapes) onto ``target``; the graph is not modified.
 
+    Pieces cut for parallelism replicate weights and add buffers, so when a lowering with
+    ``settings.pieces_per_core`` runs out of a resource, it is tried again with a quarter
+    of them, then with none (only what does not fit a core is cut); the error is the last
+    attempt's.
+
     Raises:
         CompileError: a resource of the target runs out (SRAM, instruction memory, NoC
             buffers, core count), naming where, the amount needed and the limit.
         UnsupportedOpError: an operator has no kernel or a value no static shape.
     """
+    tries = [settings.pieces_per_core, settings.pieces_per_core / 4, 0.0] if settings.pieces_per_core > 0 else [0.0]
+    for i, pieces in enumerate(tries):
+        try:
+            return _lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1 else 0.0))
+        except CompileError:
+            if i == len(tries) - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
     from corefold.backend.emit import emit, lay_out_memory
     from corefold.backend.order import order_tasks
     from corefold.backend.plan import Planner
@@ -195,8 +211,8 @@ def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Com
     """
     from corefold.backend.cfx import estimate_program_bytes
 
-    try:
-        lg, cl = _prepare(graph, target, settings)
+    try:  # what lower() falls back to: only what does not fit a core is cut
+        lg, cl = _prepare(graph, target, replace(settings, pieces_per_core=0.0))
     except CompileError as exc:
         return exc
     counts = estimate_program_bytes(lg, cl)
