@@ -54,7 +54,7 @@ class LowerSettings:
     order_budget_seconds: float = 1.0
     acyclic: bool = False
     spread: float = 1.5
-    pieces_per_core: float = 2.0
+    pieces_per_core: float = 8.0
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)

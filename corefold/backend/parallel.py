@@ -38,7 +38,7 @@ from corefold.passes.split.split import JOIN_META, needs_fit
 from corefold.target import Target
 
 #: Pieces per core the cut aims at (the ``pieces_per_core`` of the module docstring).
-PIECES_PER_CORE = 2.0
+PIECES_PER_CORE = 8.0
 
 #: Fewest output rows a row piece computes (fewer would read mostly halo).
 MIN_ROWS = 2
