@@ -11,7 +11,8 @@
 * every other operator is a :class:`Task` on one core unit, with an :class:`Op` for the
   executable and its cost (:func:`corefold.cost.op_cost`);
 * a graph input that fits a core is loaded by a gather task, once, and sent on from that
-  core (DRAM bandwidth is shared by the whole chip, the NoC links are not); a tensor to
+  core (DRAM bandwidth is shared by the whole chip, the NoC links are not), unless only
+  the tile step's Slices read it: then each band is loaded by the core reading it; a tensor to
   materialise that is too big for a core is *staged*: its pieces are stored to DRAM and
   its readers load their boxes from there.
 
@@ -29,6 +30,7 @@ import numpy as np
 from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
 from corefold.backend.tile import INTEGER_DOMAIN
+from corefold.passes.split.split import JOIN_META
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value
@@ -196,8 +198,12 @@ class _Builder:
                 raise UnsupportedOpError(f"input '{v.name}' has no static shape; bind it with --shape")
             x = self.new_phys(v.name, v.shape, v.dtype, "input")
             inputs.append(x.pieces[0].phys)
-            # an input that fits a core is loaded once, by one core, and sent on from there
-            self.operand[id(v)] = self.gather(v.name, x) if x.nbytes <= self.target.core_memory_threshold else x
+            # an input that fits a core is loaded once, by one core, and sent on from there,
+            # unless it is read only in bands (the tile step's pieces): each loads its own
+            banded = bool(v.uses()) and all(u.node.op_type == "Slice" and u.node.meta.get(JOIN_META)
+                                            for u in v.uses())
+            small = x.nbytes <= self.target.core_memory_threshold
+            self.operand[id(v)] = self.gather(v.name, x) if small and not banded else x
         for node in self.graph.topological_order():
             self.node(node)
         outputs = []

@@ -19,7 +19,7 @@ instruction memory, for serial partitioning (M1) to test many candidates quickly
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corefold.backend.executable import Executable, Op, target_fingerprint
 from corefold.backend.lgraph import LoweredGraph, build
@@ -44,6 +44,9 @@ class LowerSettings:
             cores, as in a pipeline); False lets cores exchange data both ways.
         spread: how fast the clustering opens cores: at most ``spread`` times the share
             of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
+        pieces_per_core: the tile step cuts every operator longer than the graph's work
+            over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
+            so that the mesh has work; 0 cuts only what does not fit a core.
     """
 
     seed: int = 0
@@ -51,6 +54,7 @@ class LowerSettings:
     order_budget_seconds: float = 1.0
     acyclic: bool = False
     spread: float = 1.5
+    pieces_per_core: float = 8.0
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
@@ -74,7 +78,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     threshold = target.core_memory_threshold
     while threshold >= target.sram_bytes // 8:
         try:
-            lg = build(tile(graph, target, threshold), target)
+            lg = build(tile(graph, target, threshold, settings.pieces_per_core), target)
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread)
         except _NoRetry as exc:
@@ -109,11 +113,27 @@ class _NoRetry(CompileError):
 def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
     """Lower ``graph`` (static shapes) onto ``target``; the graph is not modified.
 
+    Pieces cut for parallelism replicate weights and add buffers, so when a lowering with
+    ``settings.pieces_per_core`` runs out of a resource, it is tried again with a quarter
+    of them, then with none (only what does not fit a core is cut); the error is the last
+    attempt's.
+
     Raises:
         CompileError: a resource of the target runs out (SRAM, instruction memory, NoC
             buffers, core count), naming where, the amount needed and the limit.
         UnsupportedOpError: an operator has no kernel or a value no static shape.
     """
+    tries = [settings.pieces_per_core, settings.pieces_per_core / 4, 0.0] if settings.pieces_per_core > 0 else [0.0]
+    for i, pieces in enumerate(tries):
+        try:
+            return _lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1 else 0.0))
+        except CompileError:
+            if i == len(tries) - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
     from corefold.backend.emit import emit, lay_out_memory
     from corefold.backend.order import order_tasks
     from corefold.backend.plan import Planner
@@ -191,8 +211,8 @@ def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Com
     """
     from corefold.backend.cfx import estimate_program_bytes
 
-    try:
-        lg, cl = _prepare(graph, target, settings)
+    try:  # what lower() falls back to: only what does not fit a core is cut
+        lg, cl = _prepare(graph, target, replace(settings, pieces_per_core=0.0))
     except CompileError as exc:
         return exc
     counts = estimate_program_bytes(lg, cl)

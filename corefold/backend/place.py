@@ -294,7 +294,9 @@ class _Clusterer:
             if c not in self.consts[g]:
                 self.consts[g].add(c)
                 self.wbytes[g] += self.wsize[c]
-        self.wsmax[g] = max(self.wsmax[g], ws)
+        # NOTE: what the group holds for later readers is live beside this working set
+        mine = sum(b for p, b in preds.items() if self.group[p] == g)
+        self.wsmax[g] = max(self.wsmax[g], ws + max(0, self.held[g] - int(mine)))
         self.reserved += self.wbytes[g] + self.wsmax[g] - before
         in_bytes = _input_bytes(self.lg, t)
         if in_bytes:

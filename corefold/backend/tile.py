@@ -294,12 +294,13 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
 WEIGHT_PIECE = 0.25
 
 
-def tile(graph: Graph, target: Target, threshold: int | None = None) -> Graph:
+def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0) -> Graph:
     """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
     whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
-    (so that resident weights pack into the cores around the activations), then every
-    operator cut until it touches at most ``threshold`` bytes (default
-    ``target.core_memory_threshold``; the split pass).
+    (so that resident weights pack into the cores around the activations), with
+    ``pieces_per_core`` > 0 every long operator cut so that the mesh has work
+    (:mod:`corefold.backend.parallel`), then every operator cut until it touches at most
+    ``threshold`` bytes (default ``target.core_memory_threshold``; the split pass).
 
     Raises:
         CompileError: an operator does not fit a core at any split (resource SRAM).
@@ -311,6 +312,10 @@ def tile(graph: Graph, target: Target, threshold: int | None = None) -> Graph:
         fuse_integer(g, threshold)
     cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
     g.sort()
+    if pieces_per_core > 0:
+        from corefold.backend.parallel import cut_for_parallelism
+
+        cut_for_parallelism(g, target, pieces_per_core)
     try:
         split_graph(g, target, threshold)
     except CapacityError as exc:
@@ -329,3 +334,12 @@ def _needed(exc: CapacityError) -> float:
 def _culprit(exc: CapacityError) -> str:
     text = str(exc)
     return text.split(" touches ")[0] if " touches " in text else text
+
+
+def cut_along(graph: Graph, node: Node, ax, k: int) -> Node:
+    """Cut ``node`` into ``k`` pieces along split axis ``ax`` (never a reduced one), a
+    fused integer node's quantization sliced with its tensors; return the Concat that
+    takes over its output. O(k)."""
+    out = node.outputs[0]
+    _cut(graph, node, threshold=None, forced=(ax, k))
+    return out.producer

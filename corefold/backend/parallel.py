@@ -1,0 +1,225 @@
+"""Part of step 1 of lowering, *Tile*: cut operators so that the whole mesh has work.
+
+The split pass (:mod:`corefold.passes.split`) cuts an operator only until it *fits* a
+core; an operator that fits stays one task on one core however long it runs, so a
+network that is mostly a chain of such operators runs on a handful of cores. This pass
+cuts every operator whose time exceeds a share of the whole graph's::
+
+    tau = sum over operators of seconds(o) / (P * pieces_per_core)
+    k(o) = ceil(seconds(o) / tau)                     (capped by what the axis allows)
+
+for ``P`` usable cores, along one of two kinds of axis:
+
+* **rows** (Conv, MaxPool, AveragePool of rank 4): each piece computes a band of output
+  rows ``[a, b)`` from the input rows ``[a s - p_top, (b - 1) s - p_top + (k_h - 1) d + 1)``
+  (a *halo* of ``(k_h - 1) d + 1 - s`` rows shared with its neighbours), with the padding
+  only where the band meets the border. Each piece keeps the operator's whole weights,
+  so rows are chosen when the weights are no larger than the input (early, wide layers);
+* **channels** (every other case; the split rules' first axis that reduces nothing, e.g.
+  a convolution's output channels): each piece keeps its share of the weights and reads
+  the whole input.
+
+An operator that reads the join of a cut producer is cut the same way (same axis, same
+piece count), so that piece ``j`` reads mostly what piece ``j`` of its producer wrote and
+the placement can keep them on one core. Pieces compute exactly what the operator would
+(no reduction is split), so outputs are unchanged. O(V + pieces).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from corefold.cost import op_cost
+from corefold.ir import Graph, Node, Value
+from corefold.passes.split.rules import candidate_axes
+from corefold.passes.split.split import JOIN_META, needs_fit
+from corefold.target import Target
+
+#: Pieces per core the cut aims at (the ``pieces_per_core`` of the module docstring).
+PIECES_PER_CORE = 8.0
+
+#: Fewest output rows a row piece computes (fewer would read mostly halo).
+MIN_ROWS = 2
+
+#: Operators whose pieces read their whole input when cut on output channels.
+MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+#: Operators that can be cut into bands of output rows.
+ROW_OPS = frozenset({"Conv", "MaxPool", "AveragePool"})
+
+
+def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE) -> int:
+    """Cut the operators of ``graph`` (in place, topologically sorted) as the module
+    docstring says; return how many were cut.
+
+    ``graph`` is the tile step's private copy: every operator already fits a core, and
+    pieces, being smaller, fit too.
+    """
+    from corefold.backend.tile import cut_along
+
+    cores = max(1, len(target.usable_cores))
+    seconds = {n: _seconds(n, target) for n in graph.nodes if needs_fit(n)}
+    total = sum(seconds.values())
+    if total <= 0:
+        return 0
+    tau = total / (cores * pieces_per_core)
+    cut_of: dict[int, tuple[int, int]] = {}  # id(join output) -> (output axis, k) of the cut behind it
+    cut = 0
+    for node in list(graph.nodes):
+        if node not in seconds or len(node.outputs) != 1:
+            continue
+        x = next((v for v in node.inputs if v is not None and not v.is_constant), None)
+        follow = cut_of.get(id(x)) if x is not None else None
+        if follow is not None and follow[0] != 2 and node.op_type in MATRIX_OPS:
+            follow = None  # it reads its whole input anyway: its own cut
+        k = math.ceil(seconds[node] / tau)
+        if follow is None and k < 2:
+            continue
+        how = _choose(node, follow)
+        if follow is not None:
+            k = max(k, follow[1]) if how == "rows" else follow[1]
+        if how == "rows":
+            k = min(k, node.outputs[0].shape[2] // MIN_ROWS)
+            if k < 2:
+                continue
+            join = cut_rows(graph, node, k)
+        else:
+            ax = _channel_axis(node, follow)
+            if ax is None:
+                continue
+            k = min(k, ax.extent)
+            if k < 2:
+                continue
+            join = cut_along(graph, node, ax, k)
+        cut_of[id(join.outputs[0])] = (2 if how == "rows" else ax.output[0], k)
+        cut += 1
+    if cut:
+        graph.sort()
+    return cut
+
+
+def _seconds(node: Node, target: Target) -> float:
+    try:
+        return op_cost(node, target).compute_seconds
+    except (ValueError, KeyError):
+        return 0.0
+
+
+def _choose(node: Node, follow: tuple[int, int] | None) -> str:
+    """``"rows"`` or ``"channels"`` (module docstring)."""
+    if not row_cuttable(node):
+        return "channels"
+    if follow is not None and follow[0] == 2:
+        return "rows"
+    x = node.inputs[0]
+    weights = sum(v.nbytes for v in node.inputs[1:] if v is not None and v.is_constant)
+    return "rows" if weights <= x.nbytes else "channels"
+
+
+def _channel_axis(node: Node, follow: tuple[int, int] | None):
+    """The split rules' axis for a channel cut: the producer's output axis when following
+    one, else the first axis that reduces nothing; None if there is none."""
+    axes, _ = candidate_axes(node)
+    axes = [a for a in axes if not a.reduce and a.output is not None and a.output[1] == 1]
+    if follow is not None:
+        same = [a for a in axes if a.output[0] == follow[0]]
+        if same:
+            return same[0]
+    if node.op_type in MATRIX_OPS or node.op_type in ROW_OPS:
+        return axes[0] if axes else None
+    # element-wise and the like: rows of an image (as the convolutions next to it are
+    # cut), else channels; never the batch of one
+    rank = len(node.outputs[0].shape)
+    wide = [a for a in axes if a.extent >= 2]
+    pick = [a for a in wide if a.output[0] == (2 if rank == 4 else min(1, rank - 1))]
+    return (pick or wide or [None])[0]
+
+
+def row_cuttable(node: Node) -> bool:
+    """Whether ``node`` can be cut into bands of output rows: a rank-4 Conv or pooling
+    with explicit pads (no ``auto_pad``), one output, and for AveragePool no ``ceil_mode``
+    (its tail taps never count, which explicit pads would change)."""
+    if node.op_type not in ROW_OPS or len(node.outputs) != 1:
+        return False
+    x, y = node.inputs[0], node.outputs[0]
+    if x is None or x.shape is None or len(x.shape) != 4 or y.shape is None or len(y.shape) != 4:
+        return False
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) not in ("NOTSET", ""):
+        return False
+    if node.op_type == "AveragePool" and int(node.attrs.get("ceil_mode", 0)):
+        return False
+    return not x.is_constant
+
+
+def _kernel_size(node: Node, axis: int) -> int:
+    """The kernel's extent along spatial ``axis`` (0 rows, 1 columns)."""
+    if "kernel_shape" in node.attrs:
+        return int(node.attrs["kernel_shape"][axis])
+    return int(node.inputs[1].shape[2 + axis])
+
+
+def cut_rows(graph: Graph, node: Node, k: int) -> Node:
+    """Replace ``node`` (see :func:`row_cuttable`) by ``k`` pieces over balanced bands of
+    output rows and a Concat on axis 2 (meta ``split_join``) that takes over its output;
+    return the Concat. Each piece reads its input rows through a shared constant Slice
+    (``split_join``) and keeps the weights and quantization whole. O(k)."""
+    x, y = node.inputs[0], node.outputs[0]
+    h = x.shape[2]
+    oh = y.shape[2]
+    s = int(node.attrs.get("strides", [1, 1])[0])
+    d = int(node.attrs.get("dilations", [1, 1])[0])
+    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+    reach = (_kernel_size(node, 0) - 1) * d + 1
+    s_w = int(node.attrs.get("strides", [1, 1])[1])
+    reach_w = (_kernel_size(node, 1) - 1) * int(node.attrs.get("dilations", [1, 1])[1]) + 1
+    pieces: list[Node] = []
+    slices: dict[tuple[int, int], Value] = {}
+    for j in range(k):
+        a, b = j * oh // k, (j + 1) * oh // k
+        lo = a * s - pads[0]
+        hi = (b - 1) * s - pads[0] + reach
+        lo_c, hi_c = max(lo, 0), min(hi, h)
+        if (lo_c, hi_c) not in slices:
+            slices[(lo_c, hi_c)] = x if (lo_c, hi_c) == (0, h) else _slice_rows(graph, x, lo_c, hi_c)
+        attrs = dict(node.attrs)
+        attrs["pads"] = [lo_c - lo, pads[1], hi - hi_c, pads[3]]
+        if int(attrs.get("ceil_mode", 0)):
+            # NOTE: explicit pads give exactly the rows and columns ceil_mode gave (MaxPool
+            # only: row_cuttable refuses an AveragePool, whose tail taps never count)
+            attrs["ceil_mode"] = 0
+            attrs["pads"][3] = max(0, (y.shape[3] - 1) * s_w - pads[1] + reach_w - x.shape[3])
+        piece = graph.make_node(node.op_type, [slices[(lo_c, hi_c)], *node.inputs[1:]], attrs,
+                                name=f"{node.name}_rows{j}", output_names=[f"{y.name}_rows{j}"],
+                                domain=node.domain)
+        piece.outputs[0].shape = (y.shape[0], y.shape[1], b - a, y.shape[3])
+        piece.outputs[0].dtype = y.dtype
+        piece.meta = {key: v for key, v in node.meta.items()}
+        pieces.append(piece)
+    hold = Value("__hold", y.shape, y.dtype)
+    graph.replace_all_uses(y, hold)
+    preds, succs = list(node.control_preds), list(node.control_succs)
+    graph.remove_node(node)
+    join = Node("Concat", [p.outputs[0] for p in pieces], [y], {"axis": 2}, name=f"{y.name}_rows_concat")
+    join.meta[JOIN_META] = True
+    graph.add_node(join)
+    graph.replace_all_uses(hold, y)
+    for p in preds:
+        for piece in pieces:
+            graph.add_control_edge(p, piece)
+    for sc in succs:
+        graph.add_control_edge(join, sc)
+    return join
+
+
+def _slice_rows(graph: Graph, x: Value, lo: int, hi: int) -> Value:
+    consts = [graph.add_constant(f"{x.name}_rows_{what}", np.array([v], np.int64))
+              for what, v in (("starts", lo), ("ends", hi), ("axes", 2))]
+    sl = graph.make_node("Slice", [x, *consts], name=f"{x.name}_rows_slice")
+    sl.meta[JOIN_META] = True
+    out = sl.outputs[0]
+    out.shape = (x.shape[0], x.shape[1], hi - lo, x.shape[3])
+    out.dtype = x.dtype
+    return out

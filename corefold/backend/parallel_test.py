@@ -1,0 +1,153 @@
+import numpy as np
+import pytest
+
+from corefold.backend.executable import Compute
+from corefold.backend.lower import LowerSettings, lower
+from corefold.backend.parallel import cut_for_parallelism, cut_rows
+from corefold.backend.testing import max_relative_error, small_target
+from corefold.backend.tile import copy_graph
+from corefold.executor import random_inputs, run
+from corefold.ir import Graph
+from corefold.ir.shapes import infer_node
+from corefold.sim import run_simulation
+
+WHOLE = LowerSettings(order_budget_seconds=0.0, pieces_per_core=0.0)
+
+
+def _one_op(op: str, attrs: dict, x_shape: tuple, w_shape: tuple | None = None, seed: int = 0) -> Graph:
+    rng = np.random.default_rng(seed)
+    g = Graph(op.lower())
+    ins = [g.add_input("x", x_shape, "float32")]
+    if w_shape is not None:
+        ins.append(g.add_constant("w", rng.standard_normal(w_shape).astype(np.float32)))
+        ins.append(g.add_constant("b", rng.standard_normal(w_shape[0]).astype(np.float32)))
+    n = g.make_node(op, ins, attrs, name="op")
+    infer_node(n)
+    g.outputs = [n.outputs[0]]
+    return g
+
+
+@pytest.mark.parametrize("op,attrs,x_shape,w_shape,k", [
+    ("Conv", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, (1, 3, 17, 9), (4, 3, 3, 3), 5),
+    ("Conv", {"kernel_shape": [7, 7], "strides": [2, 2], "pads": [3, 2, 3, 2]}, (1, 2, 30, 11), (3, 2, 7, 7), 4),
+    ("Conv", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [0, 0, 0, 0], "dilations": [2, 2]},
+     (1, 2, 20, 8), (3, 2, 3, 3), 3),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 0, 0], "ceil_mode": 1}, (1, 4, 56, 56),
+     None, 5),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (1, 2, 13, 13), None, 3),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+     (1, 3, 13, 13), None, 6),
+])
+def test_row_bands_compute_what_the_operator_computes(op, attrs, x_shape, w_shape, k):
+    g = _one_op(op, attrs, x_shape, w_shape)
+    feeds = random_inputs(g, 1)
+    want = run(g, feeds)
+    cut = copy_graph(g)
+    join = cut_rows(cut, next(n for n in cut.nodes if n.op_type == op), k)
+    cut.sort()
+    pieces = [n for n in cut.nodes if n.op_type == op]
+    assert len(pieces) == k and join.op_type == "Concat" and join.attrs["axis"] == 2
+    assert sum(p.outputs[0].shape[2] for p in pieces) == g.outputs[0].shape[2]
+    got = run(cut, feeds)
+    assert max_relative_error(want, got) <= 1e-6
+
+
+def _independent_matmuls(k: int, rows: int = 64, inner: int = 256, cols: int = 1024, seed: int = 0) -> Graph:
+    """``k`` MatMuls of one input with equal-sized weights, each its own graph output."""
+    rng = np.random.default_rng(seed)
+    g = Graph("independent")
+    x = g.add_input("x", (rows, inner), "float32")
+    for i in range(k):
+        w = g.add_constant(f"w{i}", (rng.standard_normal((inner, cols)) / 16).astype(np.float32))
+        n = g.make_node("MatMul", [x, w], name=f"mm{i}")
+        infer_node(n)
+        g.outputs.append(n.outputs[0])
+    return g
+
+
+def _target(cores_per_side: int):
+    """A compute-bound chip: links, DMA engines and DRAM 8x faster than the preset's,
+    one DRAM channel per core."""
+    attach = "[[0, 0]]" if cores_per_side == 1 else "[[0, 0], [1, 0], [0, 1], [1, 1]]"
+    return small_target(width=cores_per_side, height=cores_per_side, sram_kib=8192, reserved_kib=64,
+                        dram_attach=attach, dram_gbps=204.8 * cores_per_side ** 2,
+                        more=(("bytes_per_cycle = 64", "bytes_per_cycle = 512"),
+                              ("link_bytes_per_cycle = 32", "link_bytes_per_cycle = 256")))
+
+
+def _matmul_cores(exe) -> list[tuple[int, int]]:
+    return [p.core for p in exe.programs for ins in p.instructions
+            if isinstance(ins, Compute) and exe.ops[ins.op].op_type == "MatMul"]
+
+
+@pytest.mark.parametrize("settings", [WHOLE, LowerSettings(order_budget_seconds=0.0)])
+def test_independent_matmuls_go_to_distinct_cores_and_run_k_times_faster(settings):
+    k = 4
+    g = _independent_matmuls(k)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    one = lower(g, _target(1), WHOLE)
+    mesh = lower(g, _target(2), settings)
+    if settings is WHOLE:  # one task per MatMul, each on its own core
+        assert len(set(_matmul_cores(mesh))) == k == len(_matmul_cores(mesh))
+    else:  # pieces of the MatMuls, over every core
+        assert len(set(_matmul_cores(mesh))) == k
+    assert len(set(_matmul_cores(one))) == 1
+    slow = run_simulation(one, feeds, _target(1))
+    fast = run_simulation(mesh, feeds, _target(2))
+    assert max_relative_error(want, slow.outputs) <= 1e-5
+    assert max_relative_error(want, fast.outputs) <= 1e-5
+    # the matmuls dominate (16.8 M MACs each, 16.4 us on one core; the 64 KiB input and
+    # 256 KiB outputs move in about 1 us), so four cores run them nearly four times faster
+    # (cut into pieces by default, the MatMuls balance less well over the cores: the
+    # cut aims at pieces_per_core pieces per core whatever parallelism the graph has)
+    speedup = slow.report.latency_s / fast.report.latency_s
+    assert (0.75 if settings is WHOLE else 0.6) * k <= speedup <= k * 1.01
+
+
+def _conv_chain(seed: int = 0) -> Graph:
+    """conv 3x3 -> relu -> maxpool -> conv 1x1 -> relu on a 1x32x48x48 image (the first
+    conv's 42 M MACs dominate)."""
+    rng = np.random.default_rng(seed)
+    g = Graph("chain")
+    cur = g.add_input("x", (1, 32, 48, 48), "float32")
+    for op, attrs, w in [("Conv", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, (64, 32, 3, 3)),
+                         ("Relu", {}, None),
+                         ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 0]}, None),
+                         ("Conv", {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0]}, (16, 64, 1, 1)),
+                         ("Relu", {}, None)]:
+        ins = [cur]
+        if w is not None:
+            ins += [g.add_constant(f"w{len(g.nodes)}", (rng.standard_normal(w) / 4).astype(np.float32)),
+                    g.add_constant(f"b{len(g.nodes)}", rng.standard_normal(w[0]).astype(np.float32))]
+        n = g.make_node(op, ins, attrs, name=f"{op.lower()}{len(g.nodes)}")
+        infer_node(n)
+        cur = n.outputs[0]
+    g.outputs = [cur]
+    return g
+
+
+def test_cut_for_parallelism_bands_a_conv_chain_and_follows_the_producer():
+    g = _conv_chain()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    cut = copy_graph(g)
+    assert cut_for_parallelism(cut, t, pieces_per_core=2.0) >= 3
+    first = [n for n in cut.nodes if n.name.startswith("conv0_rows")]
+    relus = [n for n in cut.nodes if n.op_type == "Relu" and n.name.startswith("relu1")]
+    assert len(first) >= 2 and len(relus) == len(first)  # the Relu is cut as its producer was
+    assert all(r.outputs[0].shape == c.outputs[0].shape for r, c in zip(relus, first, strict=True))
+    feeds = random_inputs(g, 2)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+def test_a_banded_conv_chain_uses_more_cores_runs_faster_and_matches():
+    g = _conv_chain()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    feeds = random_inputs(g, 3)
+    want = run(g, feeds)
+    whole = run_simulation(lower(g, t, WHOLE), feeds, t)
+    banded_exe = lower(g, t, LowerSettings(order_budget_seconds=0.0))
+    banded = run_simulation(banded_exe, feeds, t)
+    assert max_relative_error(want, banded.outputs) <= 1e-5
+    assert banded_exe.meta["cores_used"] > lower(g, t, WHOLE).meta["cores_used"]
+    assert banded.report.latency_s < whole.report.latency_s
