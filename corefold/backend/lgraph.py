@@ -30,10 +30,10 @@ import numpy as np
 from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
 from corefold.backend.tile import INTEGER_DOMAIN
-from corefold.passes.split.split import JOIN_META
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value
+from corefold.passes.split.split import JOIN_META
 from corefold.target import Target
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})

@@ -29,7 +29,13 @@ from corefold.ir import Graph, Node
 from corefold.passes.serial.chain import Attributes, Piece, extract
 from corefold.passes.serial.compilers import CompileService
 from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
-from corefold.passes.serial.fusion import STRATEGIES, GroupLimits, fuse, minimum_chain, minimum_cover
+from corefold.passes.serial.fusion import (
+    STRATEGIES,
+    GroupLimits,
+    fuse,
+    minimum_chain,
+    minimum_cover,
+)
 from corefold.pipeline import Equivalence, PassResult
 
 
