@@ -66,7 +66,7 @@ def test_inspect_prints_the_cfx_contents(lowered, capsys, tmp_path):
     assert "format version 1" in text and exe.target.digest[:16] in text
     assert f"{len(exe.ops)} ops on {len(exe.programs)} cores" in text
     rows = {m.group(1): [int(v) for v in m.group(2).split()]
-            for m in re.finditer(r"^\((\d+,\d+)\)\s+((?:\d+\s+){9}\d+)", text, re.M)}
+            for m in re.finditer(rf"^\((\d+,\d+)\)\s+((?:\d+\s+){{{len(INSTRUCTION_TYPES) + 1}}}\d+)", text, re.M)}
     assert len(rows) == len(exe.programs)
     for p in exe.programs:
         kinds = [instruction_kind(i) for i in p.instructions]

@@ -17,6 +17,7 @@ from corefold.backend.executable import (
     Compute,
     Copy,
     CoreProgram,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     DramRegion,
@@ -38,7 +39,7 @@ from corefold.backend.executable import (
 from corefold.backend.lower import DEFAULT, FAST, PRESETS, STRONG, LowerSettings, fits, lower
 from corefold.errors import CompileError
 
-__all__ = ["DIRECTIONS", "FORMAT_VERSION", "Buffer", "Compute", "Copy", "CoreProgram", "DmaLoad", "DmaStore",
+__all__ = ["DIRECTIONS", "FORMAT_VERSION", "Buffer", "Compute", "Copy", "CoreProgram", "DmaCopy", "DmaLoad", "DmaStore",
            "DramRegion", "Executable", "Op", "QuantOp", "QuantTensor", "Recv", "Send", "Signal", "Wait",
            "TargetFingerprint", "TensorIO", "View", "Weight", "target_fingerprint", "xy_route", "CompileError",
            "lower", "fits", "LowerSettings", "FAST", "DEFAULT", "STRONG", "PRESETS", "save", "load", "CfxError",

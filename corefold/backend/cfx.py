@@ -26,11 +26,12 @@ import numpy as np
 from corefold.backend.executable import (
     DIRECTION_STEP,
     DIRECTIONS,
-    FORMAT_VERSION,
+    READABLE_VERSIONS,
     Buffer,
     Compute,
     Copy,
     CoreProgram,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     DramRegion,
@@ -54,7 +55,10 @@ MAGIC = b"\x89CFX\r\n\x1a\n"
 HEADER = struct.Struct("<8sHHII12s")  # magic, version, reserved, sections, table crc, reserved
 ENTRY = struct.Struct("<4sQQI")  # tag, offset, length, crc32
 SECTIONS = ("TRGT", "OPST", "BUFS", "REGS", "IOTS", "PROG", "WIDX", "WBLB", "META")
-OPCODES = {Compute: 1, DmaLoad: 2, DmaStore: 3, Copy: 4, Send: 5, Recv: 6, Signal: 7, Wait: 8}
+OPCODES = {Compute: 1, DmaLoad: 2, DmaStore: 3, Copy: 4, Send: 5, Recv: 6, Signal: 7, Wait: 8, DmaCopy: 9}
+#: The format version that introduced each opcode; a file is written with the lowest
+#: version that holds all of its instructions (docs/executable.md).
+OPCODE_VERSION = {9: 2}
 UNIT_CODES = {"dma": 0, "matrix": 1, "vector": 2}
 NO_ENGINE = 0xFF
 BLOB_ALIGN = 64
@@ -164,7 +168,7 @@ def encode_instruction(ins) -> bytes:
         for v in ins.inputs:
             body += b"\x00" if v is None else b"\x01" + _view(v)
         body += struct.pack("<B", len(ins.outputs)) + b"".join(_view(v) for v in ins.outputs)
-    elif isinstance(ins, DmaLoad):
+    elif isinstance(ins, (DmaLoad, DmaCopy)):
         start = ins.route[0][:2] if ins.route else (0xFFFF, 0xFFFF)
         body = _view(ins.src) + _view(ins.dst) + struct.pack("<HH", *start) + _route(ins.route)
     elif isinstance(ins, DmaStore):
@@ -220,10 +224,12 @@ class _Reader:
         return tuple(hops)
 
 
-def _decode_program(r: _Reader, core, count: int) -> list:
+def _decode_program(r: _Reader, core, count: int, version: int) -> list:
     out = []
     for _ in range(count):
         opcode, eng, nd = r.take("<BBH")
+        if OPCODE_VERSION.get(opcode, 1) > version:
+            raise CfxError(f"{r.what}: opcode {opcode} in a format version {version} file")
         deps = r.take(f"<{nd}I")
         unit = _engine_name(eng)
         if opcode == 1:
@@ -253,6 +259,10 @@ def _decode_program(r: _Reader, core, count: int) -> list:
         elif opcode == 8:
             tag, x, y = r.take("<IHH")
             out.append(Wait(tag, (x, y), deps))
+        elif opcode == 9:
+            src, dst = r.view(), r.view()
+            x, y = r.take("<HH")
+            out.append(DmaCopy(unit, src, dst, r.route((x, y)), deps))
         else:
             raise CfxError(f"{r.what}: unknown opcode {opcode}")
     return out
@@ -265,6 +275,7 @@ def to_bytes(exe: Executable) -> bytes:
         return json.dumps(obj, separators=(",", ":"), sort_keys=False).encode()
 
     prog = struct.pack("<I", len(exe.programs))
+    version = max((OPCODE_VERSION.get(OPCODES[type(i)], 1) for _, _, i in exe.instructions()), default=1)
     for p in exe.programs:
         body = b"".join(encode_instruction(i) for i in p.instructions)
         prog += struct.pack("<HHII", p.core[0], p.core[1], len(p.instructions), len(body)) + body
@@ -307,7 +318,7 @@ def to_bytes(exe: Executable) -> bytes:
         table += ENTRY.pack(tag.encode(), offset, len(data), zlib.crc32(data))
         payload += data
         offset += len(data)
-    header = HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(sections), zlib.crc32(table), b"\x00" * 12)
+    header = HEADER.pack(MAGIC, version, 0, len(sections), zlib.crc32(table), b"\x00" * 12)
     return header + table + payload
 
 
@@ -329,8 +340,9 @@ def from_bytes(data: bytes, what: str = "<bytes>", target=None) -> Executable:
     if len(data) < HEADER.size or data[:8] != MAGIC:
         raise CfxError(f"{what}: not a corefold executable (.cfx): bad magic")
     magic, version, _, count, table_crc, _ = HEADER.unpack_from(data)
-    if version != FORMAT_VERSION:
-        raise CfxError(f"{what}: format version {version}, this corefold reads version {FORMAT_VERSION}")
+    if version not in READABLE_VERSIONS:
+        raise CfxError(f"{what}: format version {version}, this corefold reads versions "
+                       f"{', '.join(map(str, READABLE_VERSIONS))}")
     table = data[HEADER.size:HEADER.size + ENTRY.size * count]
     if len(table) < ENTRY.size * count:
         raise CfxError(f"{what}: truncated in the section table")
@@ -351,12 +363,12 @@ def from_bytes(data: bytes, what: str = "<bytes>", target=None) -> Executable:
     if missing:
         raise CfxError(f"{what}: missing section(s) {', '.join(missing)}")
     try:
-        return _assemble(sec, what, target)
+        return _assemble(sec, what, target, version)
     except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
         raise CfxError(f"{what}: malformed content: {exc}") from None
 
 
-def _assemble(sec: dict[str, bytes], what: str, target) -> Executable:
+def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executable:
     t = json.loads(sec["TRGT"])
     fp = TargetFingerprint(t["name"], t["digest"], t["width"], t["height"])
     if target is not None:
@@ -375,7 +387,7 @@ def _assemble(sec: dict[str, bytes], what: str, target) -> Executable:
     programs = []
     for _ in range(ncores):
         x, y, count, _length = r.take("<HHII")
-        programs.append(CoreProgram((x, y), _decode_program(r, (x, y), count)))
+        programs.append(CoreProgram((x, y), _decode_program(r, (x, y), count, version)))
     blob = sec["WBLB"]
     weights = {}
     for e in json.loads(sec["WIDX"]):

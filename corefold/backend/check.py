@@ -21,6 +21,7 @@ import numpy as np
 from corefold.backend.executable import (
     Compute,
     Copy,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     Executable,
@@ -105,6 +106,14 @@ def check_executable(exe: Executable, target) -> None:
             start, end = (router, core) if isinstance(ins, DmaLoad) else (core, router)
             if route_end(start, ins.route) != end:
                 raise ExecutableError(f"{where}: route does not reach {end}")
+        elif isinstance(ins, DmaCopy):
+            check_view(ins.src, reg_elems, where)
+            check_view(ins.dst, reg_elems, where)
+            if ins.src.ref == ins.dst.ref:
+                raise ExecutableError(f"{where}: a DMA copy within one region")
+            start, end = (target.dram_channels[exe.regions[v.ref].channel] for v in (ins.src, ins.dst))
+            if route_end(start, ins.route) != end:
+                raise ExecutableError(f"{where}: route does not reach {end}")
         elif isinstance(ins, Copy):
             check_view(ins.src, buf_elems, where)
             check_view(ins.dst, buf_elems, where)
@@ -120,7 +129,7 @@ def check_executable(exe: Executable, target) -> None:
             signals[ins.tag] = (core, ins)
         elif isinstance(ins, Wait):
             waits[ins.tag] = (core, ins)
-        if isinstance(ins, (DmaLoad, DmaStore, Copy, Send)) and tuple(ins.src.extent) != tuple(ins.dst.extent):
+        if isinstance(ins, (DmaLoad, DmaStore, DmaCopy, Copy, Send)) and tuple(ins.src.extent) != tuple(ins.dst.extent):
             raise ExecutableError(f"{where}: source and destination extents differ")
     if sends.keys() != recvs.keys() or signals.keys() != waits.keys():
         raise ExecutableError("a Send or Signal has no matching Recv or Wait (or the reverse)")
@@ -291,6 +300,8 @@ def run_executable(exe: Executable, feeds: dict[str, np.ndarray], trace=None) ->
             sram_arr(ins.dst)[...] = dram_arr(ins.src)
         elif isinstance(ins, DmaStore):
             dram_arr(ins.dst)[...] = sram_arr(ins.src)
+        elif isinstance(ins, DmaCopy):
+            dram_arr(ins.dst)[...] = dram_arr(ins.src)
         complete(c, i)
     if finished != total:
         stuck = [(c, i) for c, p in progs.items() for i in range(len(p))

@@ -5,8 +5,8 @@
   (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
   DRAM regions go to the channel attached nearest to the core that uses them.
 * **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
-  route between the core and its region's channel router
-  (:func:`~corefold.backend.executable.xy_route`).
+  route between the core and its region's channel router, every DRAM copy the XY route
+  between its two regions' channel routers (:func:`~corefold.backend.executable.xy_route`).
 * **Emit.** Each event becomes an instruction. ``deps`` are: for a read, the instructions
   that wrote the buffer; for a write, every instruction that accessed a buffer of the same
   core whose addresses overlap and whose lifetime ended before (the buffer is reused).
@@ -28,6 +28,7 @@ from corefold.backend.executable import (
     Copy,
     Core,
     CoreProgram,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     DramRegion,
@@ -198,11 +199,16 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
             unit = f"{t.unit}{u}"
             ins = Compute(task_ops[ev.task], unit, tuple(view(v) if v is not None else None for v in ev.reads),
                           tuple(view(v) for v in ev.writes), dtuple)
-        elif ev.kind in ("load", "store", "copy"):
+        elif ev.kind in ("load", "store", "copy", "dram_copy"):
             unit = f"dma{dma_next % target.units['dma'].count}"
             dma_next += 1
             if ev.kind == "copy":
                 ins = Copy(unit, view(ev.reads[0]), view(ev.writes[0]), dtuple)
+            elif ev.kind == "dram_copy":
+                src, dst = region_id[ev.src_region], region_id[ev.region]
+                route = xy_route(target.dram_channels[regions[src].channel], target.dram_channels[regions[dst].channel])
+                ins = DmaCopy(unit, View(src, *[tuple(x) for x in ev.src_region_view]),
+                              View(dst, *[tuple(x) for x in ev.region_view]), route, dtuple)
             else:
                 rid = region_id[ev.region]
                 router = target.dram_channels[regions[rid].channel]

@@ -70,8 +70,8 @@ When an instruction may start (both simulators):
    engine, until the matching Send's data has arrived, and completes then;
 5. a :class:`Signal` starts when rule 1 holds (no rendezvous); the matching :class:`Wait`
    (same ``tag``) completes once rule 1 holds for it and the signal has arrived. A signal
-   orders work of two cores through DRAM: the DMA stores before it complete before the
-   DMA loads after the wait start.
+   orders work of two cores through DRAM: the DMA stores (and DMA copies) before it
+   complete before the DMA loads (and copies) after the wait start.
 
 Sends, recvs, signals and waits do not block one another: a core may have many in
 flight at once, in any order. Each core's program is sorted by one global topological
@@ -98,7 +98,9 @@ Timing (the reference model; the timed simulator adds contention):
   of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`);
 * :class:`DmaLoad` / :class:`DmaStore`: ``bytes`` at the smallest of the DMA unit's rate,
   the DRAM channel's share of the DRAM bandwidth and the route's link bandwidth, plus one
-  hop latency per hop of ``route``; :class:`Copy`: ``bytes`` at the DMA unit's rate;
+  hop latency per hop of ``route``; :class:`DmaCopy` likewise, through both regions'
+  channels (DRAM traffic of twice its bytes: read once, written once);
+  :class:`Copy`: ``bytes`` at the DMA unit's rate;
 * :class:`Send`: ``bytes`` at the route's link bandwidth plus one hop latency per hop;
   :class:`Signal`: the hop latencies of its route (no payload).
 
@@ -130,6 +132,7 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
     Compute,
     Copy,
     Core,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     DramRegion,
@@ -146,8 +149,13 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
     whole,
 )
 
-#: Version of the in-memory model and of the ``.cfx`` format (docs/executable.md).
-FORMAT_VERSION = 1
+#: Newest version of the in-memory model and of the ``.cfx`` format (docs/executable.md).
+#: Version 2 added :class:`DmaCopy` (opcode 9); an executable without one is written as
+#: version 1, byte for byte as before, so version-1 readers still read it.
+FORMAT_VERSION = 2
+
+#: Every format version this corefold reads.
+READABLE_VERSIONS = (1, 2)
 
 #: Mesh directions, in the order of the report's ``link_bytes[y][x][d]``.
 DIRECTIONS = ("N", "E", "S", "W")

@@ -1,4 +1,4 @@
-"""The executable's memories and instructions: buffers, DRAM regions, views, and the eight
+"""The executable's memories and instructions: buffers, DRAM regions, views, and the nine
 instruction kinds a core program is made of.
 
 The semantics (ordering, dependencies, timing) are in :mod:`corefold.backend.executable`'s
@@ -194,6 +194,33 @@ class DmaStore:
 
 
 @dataclass(frozen=True)
+class DmaCopy:
+    """Copy a box of one DRAM region into a box of another, driven by a DMA engine of this
+    core; the data never enters the core's SRAM.
+
+    Reads ``src`` (a view of region ``src.ref``), writes ``dst`` (a view of region
+    ``dst.ref``, another region); same extent and dtype. The data leaves DRAM at the source
+    region's channel attach router, follows ``route`` to the destination region's channel
+    attach router (an empty route when both channels attach at the same router) and
+    enters DRAM there. This is how data movement that does not fit a core (a Slice or
+    Concat of tensors in DRAM, written into a graph output or a staged tensor) is lowered.
+
+    Attributes:
+        unit: a DMA engine of this core (``"dma0"``).
+        src: view of a :class:`DramRegion`.
+        dst: view of another :class:`DramRegion`.
+        route: hops from the source channel's attach router to the destination's.
+        deps: as for :class:`Compute`.
+    """
+
+    unit: str
+    src: View
+    dst: View
+    route: Route
+    deps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Copy:
     """Copy a box between two SRAM buffers of this core (same extent and dtype), on a DMA
     engine; no NoC traffic.
@@ -295,12 +322,12 @@ class Wait:
     deps: tuple[int, ...] = ()
 
 
-Instruction = Union[Compute, DmaLoad, DmaStore, Copy, Send, Recv, Signal, Wait]
+Instruction = Union[Compute, DmaLoad, DmaStore, Copy, Send, Recv, Signal, Wait, DmaCopy]
 
 #: Instruction classes by their name in reports and in the ``.cfx`` opcode table.
 INSTRUCTION_TYPES: dict[str, type] = {"compute": Compute, "dma_load": DmaLoad, "dma_store": DmaStore,
                                       "copy": Copy, "send": Send, "recv": Recv, "signal": Signal,
-                                      "wait": Wait}
+                                      "wait": Wait, "dma_copy": DmaCopy}
 
 
 def instruction_kind(ins: Instruction) -> str:

@@ -13,8 +13,9 @@
 * a graph input that fits a core is loaded by a gather task, once, and sent on from that
   core (DRAM bandwidth is shared by the whole chip, the NoC links are not), unless only
   the tile step's Slices read it: then each band is loaded by the core reading it; a tensor to
-  materialise that is too big for a core is *staged*: its pieces are stored to DRAM and
-  its readers load their boxes from there.
+  materialise that is too big for a core is *staged*: its pieces are stored to DRAM (or,
+  when already in DRAM, copied there from region to region) and its readers load their
+  boxes from there.
 
 Physical tensors (:class:`Phys`) are the graph inputs (in DRAM), the constants (resident
 weights of the cores that read them) and the task outputs (in the producing core's SRAM).
@@ -316,8 +317,7 @@ class _Builder:
     def gather(self, name: str, x: Operand) -> Operand:
         """A gather task assembling ``x`` into one tensor; its output operand. A tensor too
         big for a core is assembled in DRAM instead (kind "staged")."""
-        if x.nbytes > self.target.core_memory_threshold and not (len(x.pieces) == 1
-                                                                  and self.phys[x.pieces[0].phys].kind == "input"):
+        if x.nbytes > self.target.core_memory_threshold:
             return self.new_phys(f"{name}_staged", x.shape, x.dtype, "staged", source=x)
         tid = len(self.tasks)
         out = self.new_phys(f"{name}_gathered", x.shape, x.dtype, "op", task=tid)

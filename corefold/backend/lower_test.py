@@ -106,3 +106,63 @@ def test_fits_agrees_with_lower_when_it_fits():
 def test_neuromorphic_target_is_refused():
     with pytest.raises(CompileError, match="core count"):
         lower(load_model(TINY_CNN), load_target("neuromorphic"))
+
+
+def _data_movement_graph() -> Graph:
+    """Slices and Concats of a 64 KiB input, marked ``split_join`` as the split pass marks
+    its own, each bigger than a 32 KiB core: ``a`` a channel slice, ``c`` a concatenation of
+    two channel slices, ``d`` a reshape of a row slice that is no box of the input (staged
+    in DRAM), ``e`` a Relu of ``d`` (cut into pieces that load boxes of the staged tensor),
+    ``f`` a Relu of all of ``x`` joined by the split pass's Concat."""
+    from corefold.ir.shapes import infer_node
+    from corefold.passes.split.split import JOIN_META
+
+    g = Graph("data_movement")
+    x = g.add_input("x", (1, 16, 32, 32), "float32")
+
+    def node(op, ins, attrs=None, name="", join=False):
+        n = g.make_node(op, ins, attrs, name=name)
+        if join:
+            n.meta[JOIN_META] = True
+        infer_node(n)
+        return n.outputs[0]
+
+    def box(v, starts, ends, axes, name):
+        consts = [g.add_constant(f"{name}_{k}", np.array(a, np.int64)) for k, a in
+                  (("starts", starts), ("ends", ends), ("axes", axes))]
+        return node("Slice", [v] + consts, name=name, join=True)
+
+    a = box(x, [0], [12], [1], "a")
+    rest = box(x, [12], [16], [1], "rest")
+    c = node("Concat", [rest, a], {"axis": 1}, name="c", join=True)
+    top = box(x, [0], [24], [2], "top")
+    d = node("Reshape", [top, g.add_constant("flat", np.array([1, -1], np.int64))], name="d")
+    e = node("Relu", [d], name="e")
+    f = node("Relu", [x], name="f")
+    g.outputs = [a, c, d, e, f]
+    return g
+
+
+def test_data_movement_bigger_than_a_core_is_dram_copies_and_simulates_exactly():
+    from corefold.backend.cfx import from_bytes, to_bytes
+    from corefold.backend.executable import DmaCopy
+    from corefold.sim.simulate import run_simulation
+
+    g = _data_movement_graph()
+    t = small_target(sram_kib=32, reserved_kib=2)
+    assert all(v.nbytes > t.sram_bytes for v in g.outputs)
+    exe, want, got = _lower_and_run(g, t)
+    copies = [i for _, _, i in exe.instructions() if isinstance(i, DmaCopy)]
+    assert copies and exe.summary()["instructions_by_kind"]["dma_copy"] == len(copies)
+    assert {exe.regions[i.src.ref].kind for i in copies} == {"input", "staging"}
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    sim = run_simulation(exe, random_inputs(g, 0), t)
+    for k in want:
+        np.testing.assert_array_equal(sim.outputs[k], want[k])
+    moved = sum(i.src.elements * 4 for i in copies)
+    assert sim.report.dram_bytes >= 2 * moved  # read from one region, written into another
+    data = to_bytes(exe)
+    assert data[8:10] == b"\x02\x00"  # format version 2: it holds DMA copies
+    back = from_bytes(data, target=t)
+    assert [p.instructions for p in back.programs] == [p.instructions for p in exe.programs]

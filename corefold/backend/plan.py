@@ -8,6 +8,10 @@ position is a task's place in one global topological order:
   resident weight);
 * ``t``'s compute, then the sends of its outputs to the cores that read them and the DMA
   stores of graph outputs;
+* the pieces of a graph output (or of a tensor assembled in DRAM) that are already in
+  DRAM (boxes of graph inputs or of other assembled tensors: a Slice or Concat that moves
+  data without computing) are *DRAM copies* from region to region, issued by the I/O
+  core: no SRAM holds them, so data movement bigger than a core still lowers;
 * a receive sits before the task that reads it, and the sending core keeps the sent
   buffer until that position (a *hold* event, no instruction), so that no wait points at
   later work (the executable's deadlock argument).
@@ -62,11 +66,12 @@ class PBuffer:
 
 @dataclass
 class Event:
-    """A proto-instruction of one core: ``kind`` is compute, load, store, copy, send, recv,
-    signal, wait or hold (no instruction: keeps a sent buffer until the reader's position);
-    ``reads`` and ``writes`` are views of planned buffers; DRAM sides name a region key
-    (``("input", i)``, ``("output", i)``, ``("spill", ...)``, ``("stage", ...)``) and a view
-    of it; ``after`` lists events of the same core it must follow (beyond data)."""
+    """A proto-instruction of one core: ``kind`` is compute, load, store, copy, dram_copy,
+    send, recv, signal, wait or hold (no instruction: keeps a sent buffer until the reader's
+    position); ``reads`` and ``writes`` are views of planned buffers; DRAM sides name a
+    region key (``("input", i)``, ``("output", i)``, ``("spill", ...)``, ``("stage", ...)``)
+    and a view of it (a dram_copy writes ``region`` and reads ``src_region``); ``after``
+    lists events of the same core it must follow (beyond data)."""
 
     key: tuple
     kind: str
@@ -75,6 +80,8 @@ class Event:
     writes: list[BView] = field(default_factory=list)
     region: tuple | None = None
     region_view: tuple[Shape, Shape, Shape] | None = None
+    src_region: tuple | None = None
+    src_region_view: tuple[Shape, Shape, Shape] | None = None
     peer: Core | None = None
     tag: int | None = None
     after: list = field(default_factory=list)
@@ -121,7 +128,7 @@ class Planner:
         self.tags = 0
         self.seq = 0
         self.writers: dict[tuple, dict[Core, list[Event]]] = {}
-        self.signals: dict[tuple, int] = {}
+        self.waits: dict[tuple, Event] = {}
 
     def buffer(self, core: Core, shape: Shape, dtype: np.dtype, kind: str, name: str, phys: int | None = None) -> int:
         b = PBuffer(len(self.buffers), core, tuple(shape), np.dtype(dtype), kind, name, phys)
@@ -189,7 +196,7 @@ class Planner:
                 self.add(core, Event((at, 0), "load", writes=[dst], region=("input", p.phys),
                                      region_view=_piece_view(p)))
             elif ph.kind == "staged":
-                waits = [self.add(core, Event((at, 0), "wait", peer=w, tag=self.signal(w, core, p.phys)))
+                waits = [self.wait_for(w, core, p.phys, (at, 0))
                          for w in self.write_region(("staged", p.phys), ph.source, ph.name)]
                 self.add(core, Event((at, 0), "load", writes=[dst], region=("staged", p.phys),
                                      region_view=_piece_view(p), after=waits))
@@ -206,8 +213,10 @@ class Planner:
         return (b, o.shape, (0,) * len(o.shape), o.shape)
 
     def write_region(self, key: tuple, o: Operand, name: str) -> list[Core]:
-        """Store every piece of ``o`` into DRAM region ``key`` (once per region), each from
-        the core that holds it; returns the cores that write it."""
+        """Fill DRAM region ``key`` with ``o`` (once per region): a piece in a core's SRAM
+        (a task output, a weight) is stored by that core; a piece already in DRAM (a box of
+        a graph input or of another assembled tensor) is a DRAM copy issued by the I/O core,
+        after the writers of its source signalled. Returns the cores that write it."""
         if key in self.writers:
             return list(self.writers[key])
         lg = self.lg
@@ -215,40 +224,65 @@ class Planner:
         stores: dict[Core, list[Event]] = {}
         for p in o.pieces:
             ph = lg.phys[p.phys]
+            dst_view = (o.shape, p.dst_start, p.extent)
+            if ph.kind in ("input", "staged"):
+                core = self.io_core
+                ev = self._dram_copy(core, p, key, dst_view)
+                stores.setdefault(core, []).append(ev)
+                continue
             if ph.kind == "op":
                 core, at = self.core_of[ph.task], self.pos[ph.task]
                 src = self.home_view(p)
-            elif ph.kind == "staged":
-                raise CompileError("SRAM", "every core", o.nbytes, self.threshold,
-                                   f"tensor '{name}' is assembled from another tensor assembled in DRAM")
-            else:
-                core, at = self.io_core, len(lg.tasks)
-                if ph.kind == "const":
-                    src = (self.weight(core, p.phys), *_piece_view(p))
-                else:
-                    tmp = self.buffer(core, p.extent, ph.dtype, "activation", ph.name)
-                    self.region(("input", p.phys), ph.shape, ph.dtype, ph.name, core)
-                    self.add(core, Event((at, 0), "load", writes=[(tmp, p.extent, (0,) * len(p.extent), p.extent)],
-                                         region=("input", p.phys), region_view=_piece_view(p)))
-                    src = (tmp, p.extent, (0,) * len(p.extent), p.extent)
-            ev = self.add(core, Event((at, 3), "store", reads=[src], region=key,
-                                      region_view=(o.shape, p.dst_start, p.extent)))
+            else:  # a constant: resident before the run starts
+                core, at = self.io_core, -1
+                src = (self.weight(core, p.phys), *_piece_view(p))
+            ev = self.add(core, Event((at, 3), "store", reads=[src], region=key, region_view=dst_view))
             stores.setdefault(core, []).append(ev)
         self.writers[key] = stores
         return list(stores)
 
-    def signal(self, writer: Core, reader: Core, phys: int) -> int:
-        """The tag of the signal ``writer`` sends ``reader`` once its stores of staged
-        tensor ``phys`` completed (made once per pair)."""
+    def _dram_copy(self, core: Core, p: Piece, key: tuple, dst_view: tuple[Shape, Shape, Shape]) -> Event:
+        """The event copying piece ``p`` (a box of a graph input or of a staged tensor) from
+        its DRAM region into region ``key`` on ``core``'s DMA engine.
+
+        A graph input is in DRAM before the run: the copy may go first (position -1). A
+        staged tensor is complete once its writers stored their pieces: the copy follows
+        its stores on this core and a wait for every other writer's signal, at the position
+        of the last of those stores (never later than the tasks that read it)."""
+        ph = self.lg.phys[p.phys]
+        after: list[Event] = []
+        if ph.kind == "input":
+            src_key, at = ("input", p.phys), -1
+            self.region(src_key, ph.shape, ph.dtype, ph.name, core)
+        else:
+            src_key = ("staged", p.phys)
+            writers = self.write_region(src_key, ph.source, ph.name)
+            stores = self.writers[src_key]
+            at = max(ev.key[0] for evs in stores.values() for ev in evs)
+            for w in writers:
+                if w == core:
+                    after.extend(stores[w])
+                else:
+                    after.append(self.wait_for(w, core, p.phys, (at, 3)))
+        return self.add(core, Event((at, 3), "dram_copy", region=key, region_view=dst_view, src_region=src_key,
+                                    src_region_view=_piece_view(p), after=after))
+
+    def wait_for(self, writer: Core, reader: Core, phys: int, at: tuple[int, int]) -> Event:
+        """A wait of ``reader``, at event key ``at`` (position, stage) or earlier, for the
+        signal ``writer`` sends once its stores of staged tensor ``phys`` completed. An
+        earlier wait for the same signal is reused; otherwise a new signal and wait are
+        made (one Wait per Signal)."""
         key = (writer, reader, phys)
-        if key not in self.signals:
-            stores = self.writers[("staged", phys)][writer]
-            tag = self.tags
-            self.tags += 1
-            last = max(ev.key for ev in stores)
-            self.add(writer, Event((last[0], 4), "signal", peer=reader, tag=tag, after=list(stores)))
-            self.signals[key] = tag
-        return self.signals[key]
+        ev = self.waits.get(key)
+        if ev is not None and ev.key[:2] <= at:
+            return ev
+        stores = self.writers[("staged", phys)][writer]
+        tag = self.tags
+        self.tags += 1
+        last = max(e.key for e in stores)
+        self.add(writer, Event((last[0], 4), "signal", peer=reader, tag=tag, after=list(stores)))
+        ev = self.waits[key] = self.add(reader, Event(at, "wait", peer=writer, tag=tag))
+        return ev
 
     def _name(self, o: Operand) -> str:
         names = dict.fromkeys(self.lg.phys[p.phys].name for p in o.pieces)

@@ -149,7 +149,7 @@ def inspect_executable(path: str) -> None:
             f"{t.name}: {t.dtype}{list(t.shape)} in DRAM region {t.region} (channel {exe.regions[t.region].channel}, "
             f"{t.location})" for t in tios))
     kinds = list(INSTRUCTION_TYPES)
-    short = {"dma_load": "load", "dma_store": "store"}
+    short = {"dma_load": "load", "dma_store": "store", "dma_copy": "dcopy"}
     head = f"{'core':<8}{'instr':>6}" + "".join(f"{short.get(k, k):>8}" for k in kinds) + f"{'buffers':>9}{'weights':>12}{'SRAM':>12}"
     print()
     print(head)

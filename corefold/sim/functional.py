@@ -15,7 +15,7 @@ else touches its bytes until it completes):
 * Compute: the op's kernel on the input arrays, outputs written into the output views;
   ONNX ops run the reference executor's kernel (the operator table, ``corefold.ops``), integer ops
   (``Op.quant``) ``corefold.backend.kernels.run_op``;
-* DmaLoad, DmaStore, Copy, Send: the source box copied into the destination box;
+* DmaLoad, DmaStore, DmaCopy, Copy, Send: the source box copied into the destination box;
 * Recv, Signal, Wait: nothing (the Send moved the data).
 
 Outputs are read from their regions at the end. O(I + bytes moved + kernel work).
@@ -32,6 +32,7 @@ from corefold.backend.executable import (
     Buffer,
     Compute,
     Copy,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     DramRegion,
@@ -103,7 +104,7 @@ def run_functional(exe: Executable, target: Target, run: TimedRun,
     starts = []
     for c, p in enumerate(exe.programs):
         for j, ins in enumerate(p.instructions):
-            if isinstance(ins, (Compute, DmaLoad, DmaStore, Copy, Send)):
+            if isinstance(ins, (Compute, DmaLoad, DmaStore, DmaCopy, Copy, Send)):
                 t = run.task[c][j]
                 starts.append((float(run.timeline.start[t]), t, c, j))
     starts.sort()
@@ -131,6 +132,9 @@ def run_functional(exe: Executable, target: Target, run: TimedRun,
         elif isinstance(ins, DmaStore):
             _array(dram[regions[ins.dst.ref].channel], regions[ins.dst.ref], ins.dst)[...] = \
                 _array(mem, buffers[ins.src.ref], ins.src)
+        elif isinstance(ins, DmaCopy):
+            _array(dram[regions[ins.dst.ref].channel], regions[ins.dst.ref], ins.dst)[...] = \
+                _array(dram[regions[ins.src.ref].channel], regions[ins.src.ref], ins.src)
         elif isinstance(ins, Copy):
             _array(mem, buffers[ins.dst.ref], ins.dst)[...] = _array(mem, buffers[ins.src.ref], ins.src)
         else:  # Send

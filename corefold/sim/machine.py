@@ -13,8 +13,9 @@ Resources (:class:`corefold.sim.engine.Engine`), one server each:
 * the host link, at ``target.host_link_bytes_per_s``.
 
 Transfers are chains of stages (cut-through, :mod:`corefold.sim.engine`): a DRAM load is
-``channel -> hops of its route -> the core's DMA engine``, a store the reverse, a send its
-hops, a host write ``host link -> hops -> channel`` and so on. Without contention a
+``channel -> hops of its route -> the core's DMA engine``, a store the reverse, a DRAM to
+DRAM copy ``the core's DMA engine -> source channel -> hops -> destination channel``, a
+send its hops, a host write ``host link -> hops -> channel`` and so on. Without contention a
 transfer of ``b`` bytes takes ``b / min(rates) + sum(hop latencies)``.
 
 Building is O(cores x engines + links); every stage list is O(hops).

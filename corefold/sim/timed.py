@@ -22,6 +22,7 @@ stages of each instruction:
 Compute        its engine for ``work / (throughput x clock)``
 DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
 DmaStore       the DMA engine -> each hop -> DRAM channel
+DmaCopy        the DMA engine -> source DRAM channel -> each hop -> destination channel
 Copy           the DMA engine
 Send           each hop of ``route`` (bytes at the link's rate, hop latency)
 Signal         each hop with no payload (latencies only)
@@ -44,6 +45,7 @@ import numpy as np
 from corefold.backend.executable import (
     Compute,
     Copy,
+    DmaCopy,
     DmaLoad,
     DmaStore,
     Executable,
@@ -77,7 +79,7 @@ class TimedRun:
         load_end: when the last weight arrived (``load_s``).
         run_start, run_end: the run's bounds (``latency_s = run_end - run_start``).
         transfers: ``(bytes, route, what)`` of every NoC transfer of the run (what is
-            ``"send"``, ``"load"`` or ``"store"``).
+            ``"send"``, ``"load"``, ``"store"`` or ``"dram copy"``).
         dram_bytes, host_bytes: bytes through DRAM channels during the run, and over the
             host link for inputs and outputs.
     """
@@ -232,6 +234,15 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
             transfers.append((nbytes, ins.route, "load" if load else "store"))
             dram_bytes += nbytes
             name = f"{'load' if load else 'store'} {region.name}"
+            args["bytes"] = nbytes
+        elif isinstance(ins, DmaCopy):
+            src, dst = exe.regions[ins.src.ref], exe.regions[ins.dst.ref]
+            nbytes = view_bytes(exe, ins.src, dram=True)
+            stages = [m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes)), m.channel_stage(src.channel, nbytes),
+                      *m.hops(ins.route, nbytes), m.channel_stage(dst.channel, nbytes)]
+            transfers.append((nbytes, ins.route, "dram copy"))
+            dram_bytes += 2 * nbytes  # read from one region, written into the other
+            name = f"copy {src.name} -> {dst.name}"
             args["bytes"] = nbytes
         elif isinstance(ins, Copy):
             nbytes = view_bytes(exe, ins.src, dram=False)

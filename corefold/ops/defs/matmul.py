@@ -80,21 +80,31 @@ def _gemm_split(attrs, ins, outs, consts):
 
 
 def matmul_split(attrs, ins, outs, consts):
-    """Batch dimensions and rows of A, then output columns, then the inner dimension (only
-    for a 2-D B, the weight case)."""
+    """Batch dimensions (an attention's batch and heads), rows of A, then output columns,
+    then the inner dimension with partial sums. A batch axis cuts each operand that has
+    it at full size and reads whole an operand that broadcasts over it (size 1 or absent,
+    as a 2-D weight B). O(rank). No axes for a 1-D operand."""
     a, b = ins[0][0], ins[1][0]
     out = outs[0][0]
-    if len(b) != 2 or len(a) < 2:
+    if len(a) < 2 or len(b) < 2:
         return [], True
     r = len(out)
+
+    def batch_map(shape, ax):
+        i = ax - (r - len(shape))
+        return (i, 1) if i >= 0 and shape[i] == out[ax] else None
+
     axes = []
-    for ax in range(r - 1):
+    for ax in range(r - 2):
         if out[ax] >= 2:
-            axes.append(SplitAxis("batch" if ax == 0 else f"axis{ax}", out[ax], ((ax, 1), None), (ax, 1)))
+            axes.append(SplitAxis("batch" if ax == 0 else f"axis{ax}", out[ax], (batch_map(a, ax), batch_map(b, ax)),
+                                  (ax, 1)))
+    if out[-2] >= 2:
+        axes.append(SplitAxis("batch" if r == 2 else f"axis{r - 2}", out[-2], ((len(a) - 2, 1), None), (r - 2, 1)))
     if out[-1] >= 2:
-        axes.append(SplitAxis("out_channels", out[-1], (None, (1, 1)), (r - 1, 1)))
+        axes.append(SplitAxis("out_channels", out[-1], (None, (len(b) - 1, 1)), (r - 1, 1)))
     if a[-1] >= 2:
-        axes.append(SplitAxis("in_channels", a[-1], ((len(a) - 1, 1), (0, 1)), None, reduce=True))
+        axes.append(SplitAxis("in_channels", a[-1], ((len(a) - 1, 1), (len(b) - 2, 1)), None, reduce=True))
     return axes, True
 
 

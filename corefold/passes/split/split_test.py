@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from corefold.errors import CapacityError
 from corefold.executor import random_inputs, run
-from corefold.ir import parse, verify
+from corefold.ir import parse, to_text, verify
 from corefold.passes.order.random_network import random_network
 from corefold.passes.split import split_graph, touched_bytes
 from corefold.passes.split.split import needs_fit
@@ -222,3 +222,39 @@ output w
     out = run(g, feeds)
     for k in ref:
         np.testing.assert_array_equal(out[k], ref[k])
+
+
+def test_attention_matmuls_split_over_heads_and_broadcast_batches():
+    """ViT-B/16's attention MatMuls multiply two batched operands ([1, 12, 197, 197] x
+    [1, 12, 197, 64], 3.07 MB) and had no axis to cut ("no dimension is left to cut"):
+    MatMul split only with a 2-D weight B. A batch axis now cuts every operand that has it
+    and reads whole one that broadcasts over it (``kb`` over the batch and heads)."""
+    g = parse("""\
+graph attention
+input q: float32[2, 4, 16, 8]
+input k: float32[2, 4, 8, 16]
+input kb: float32[1, 8, 16]
+node scores = MatMul(q, k) -> (s: float32[2, 4, 16, 16])
+node probs = Softmax(s) attrs {"axis": -1} -> (p: float32[2, 4, 16, 16])
+node mix = MatMul(p, q) -> (y: float32[2, 4, 16, 8])
+node shared = MatMul(q, kb) -> (z: float32[2, 4, 16, 16])
+output y
+output z
+""")
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    for threshold in (2_500, 300):
+        h = parse(to_text(g))
+        res = split_graph(h, TARGET, threshold=threshold)
+        verify(h)
+        assert {"scores", "mix", "shared"} <= set(res.splits)
+        for n in h.nodes:
+            assert not needs_fit(n) or touched_bytes(n) <= threshold, (n.name, touched_bytes(n))
+        out = run(h, feeds)
+        if threshold == 2_500:  # batch and head cuts only: each piece computes the same products
+            assert not any(n.op_type == "Sum" for n in h.nodes)
+            shared = [n for n in h.nodes if n.name.startswith("shared_part")]
+            assert len(shared) >= 8 and all(n.inputs[1].name == "kb" for n in shared)
+            assert all(n.inputs[0].shape[:2] == (1, 1) for n in h.nodes if n.name.startswith("mix_part"))
+        for key in ref:
+            np.testing.assert_allclose(out[key], ref[key], rtol=1e-5, atol=1e-6)

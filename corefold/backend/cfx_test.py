@@ -1,0 +1,44 @@
+"""The ``.cfx`` bytes of a DMA copy against docs/executable.md, and the version rule."""
+
+import struct
+
+import pytest
+
+from corefold.backend.cfx import CfxError, encode_instruction, from_bytes, to_bytes
+from corefold.backend.executable import DmaCopy, View, xy_route
+from corefold.sim.testing import ExeBuilder, small_target
+
+
+def _copy_exe():
+    """Input ``x`` (channel 0, router (1, 0)) copied into output ``y`` as two halves by core (0, 0)."""
+    t = small_target()
+    b = ExeBuilder(t)
+    x = b.graph_input("x", (2, 8))
+    y = b.graph_output("y", (2, 8))
+    b.add((0, 0), DmaCopy("dma0", View(x, (2, 8), (0, 0), (1, 8)), View(y, (2, 8), (1, 0), (1, 8)), ()))
+    b.add((0, 0), DmaCopy("dma0", View(x, (2, 8), (1, 0), (1, 8)), View(y, (2, 8), (0, 0), (1, 8)),
+                          xy_route((1, 0), (1, 0))))
+    return b.build(), t
+
+
+def test_dma_copy_bytes_as_documented_and_version_2():
+    exe, t = _copy_exe()
+    ins = exe.programs[0].instructions[0]
+    src = struct.pack("<IB6I", 0, 2, 2, 8, 0, 0, 1, 8)
+    dst = struct.pack("<IB6I", 1, 2, 2, 8, 1, 0, 1, 8)
+    assert encode_instruction(ins) == bytes([9, 0x00, 0, 0]) + src + dst + bytes.fromhex("ffffffff0000")
+    data = to_bytes(exe)
+    assert data[8:10] == b"\x02\x00"
+    back = from_bytes(data, target=t)
+    assert back.programs[0].instructions == exe.programs[0].instructions
+
+
+def test_a_dma_copy_in_a_version_1_file_is_refused():
+    exe, _ = _copy_exe()
+    data = bytearray(to_bytes(exe))
+    data[8:10] = b"\x01\x00"  # the header has no checksum of its own; PROG is intact
+    with pytest.raises(CfxError, match="opcode 9 in a format version 1 file"):
+        from_bytes(bytes(data))
+    data[8:10] = b"\x03\x00"
+    with pytest.raises(CfxError, match="format version 3, this corefold reads versions 1, 2"):
+        from_bytes(bytes(data))
