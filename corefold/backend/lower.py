@@ -116,13 +116,19 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
     Pieces cut for parallelism replicate weights and add buffers, so when a lowering with
     ``settings.pieces_per_core`` runs out of a resource, it is tried again with a quarter
     of them, then with none (only what does not fit a core is cut); the error is the last
-    attempt's.
+    attempt's. Tile and cluster with nothing cut for parallelism run first: when they fail
+    (SRAM, core count), so does every try, and that error is raised at once.
 
     Raises:
         CompileError: a resource of the target runs out (SRAM, instruction memory, NoC
             buffers, core count), naming where, the amount needed and the limit.
         UnsupportedOpError: an operator has no kernel or a value no static shape.
     """
+    if settings.pieces_per_core > 0:
+        # what every try ends with: when tile and cluster fail with only what does not fit a
+        # core cut, the cut tries (replicated weights, halos, more buffers) fail too, so a
+        # subgraph M1 must split fails after one tile-and-cluster, not three
+        _prepare(graph, target, replace(settings, pieces_per_core=0.0))
     tries = [settings.pieces_per_core, settings.pieces_per_core / 4, 0.0] if settings.pieces_per_core > 0 else [0.0]
     for i, pieces in enumerate(tries):
         try:
