@@ -61,6 +61,8 @@ FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
 DEFAULT = LowerSettings()
 STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0)
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
+#: M1's candidate compiles: the list-scheduling order on each core, no M3 search
+SEARCH = LowerSettings(order_budget_seconds=0.0)
 
 
 def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> tuple[LoweredGraph, Clustering]:

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-table", action="store_true",
                    help="skip the fusion strategy table (every strategy compiled and simulated for the report)")
     p.add_argument("--no-sim", action="store_true", help="do not simulate the chain for the report")
+    p.add_argument("--no-polish", action="store_true",
+                   help="keep the candidates' executables (list-scheduling order on each core) instead of lowering "
+                        "the kept subgraphs again with the M3 order search")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated inputs (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_settings_arguments(p, SETTINGS)
@@ -112,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
         calib = load_calibration(args.calib, graph)
         quantize = QuantizeSettings(bits=args.bits)
-    settings = CompileSettings(strategies_table=not args.no_table, simulate=not args.no_sim, seed=args.seed)
+    settings = CompileSettings(strategies_table=not args.no_table, simulate=not args.no_sim, seed=args.seed,
+                               polish=not args.no_polish)
     build = compile_model(graph, target, serial=serial, settings=settings, calib=calib, quantize=quantize,
                           compiler=compiler, progress=not args.quiet)
     folder = write_build(build, out, target_toml=target_toml)
@@ -131,8 +135,10 @@ def _print_summary(build, folder, seconds: float) -> None:
             lat = f", simulated {build.simulation.runs[i].report.latency_s * 1e6:.1f} us"
         out_bytes = res.crossing_bytes[i] if i < len(res.crossing_bytes) else 0
         print(f"  part{i}: operators {p.start}..{p.end - 1} ({len(sub)} nodes), {out_bytes} bytes to the next{lat}")
+    if build.polished:
+        print(f"  {build.polished} of {len(res.pieces)} executable(s) lowered again with the M3 order search")
     if build.table:
-        print("  strategy  executables  compile calls  latency")
+        print("  strategy  executables  compile calls  latency (list-scheduling orders)")
         for name, r in build.table.items():
             lat = build.latency_by_strategy.get(name)
             lat_s = f"{lat * 1e6:.1f} us" if lat is not None else "-"
