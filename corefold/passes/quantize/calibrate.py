@@ -62,22 +62,43 @@ class RunningHistogram:
         self.counts += np.bincount(idx, minlength=self.bins)
 
 
+class NaNError(ValueError):
+    """A tensor took NaN (:meth:`TensorStats.add`)."""
+
+
 @dataclass
 class TensorStats:
-    """Running statistics of one tensor."""
+    """Running statistics of one tensor.
+
+    ``minimum``, ``maximum``, ``count`` and the histogram cover its finite values only;
+    ``infinite`` records that it also took +-inf (a causal mask's ``Where(m, x, -inf)``):
+    no scale holds such a tensor, so it is left float (``quantize_graph``). NaN is refused.
+    """
 
     minimum: float = float("inf")
     maximum: float = float("-inf")
     count: int = 0
     histogram: RunningHistogram = field(default_factory=RunningHistogram)
+    infinite: bool = False
 
     def add(self, x: np.ndarray) -> None:
+        """Update with one batch's values.
+
+        Raises:
+            NaNError: ``x`` holds NaN.
+        """
         x = np.asarray(x)
         if x.size == 0:
             return
         lo, hi = float(x.min()), float(x.max())
         if not (np.isfinite(lo) and np.isfinite(hi)):
-            raise ValueError("non-finite value")
+            if np.isnan(lo) or np.isnan(hi):  # min and max propagate NaN
+                raise NaNError("NaN")
+            self.infinite = True
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            lo, hi = float(x.min()), float(x.max())
         self.minimum = min(self.minimum, lo)
         self.maximum = max(self.maximum, hi)
         self.count += x.size
@@ -367,9 +388,23 @@ class _Observer(Interpreter):
 def _observe(stats: TensorStats, name: str, array: np.ndarray) -> None:
     try:
         stats.add(array)
-    except ValueError:
-        raise DataError(f"tensor '{name}' takes a non-finite value (NaN or infinity) on the calibration "
-                        f"data; the float model overflows there") from None
+    except NaNError:
+        raise DataError(f"tensor '{name}' takes NaN on the calibration data: the float model computes an "
+                        f"undefined value there (0/0, inf - inf, ...)") from None
+
+
+def _check_feeds(feeds: dict[str, np.ndarray], batch: int) -> None:
+    """The user's data must be finite (``load_calibration`` checks files; this covers a
+    :class:`CalibrationSet` built otherwise): infinity is tolerated only where the model
+    itself makes it.
+
+    Raises:
+        DataError: a float input holds NaN or infinity.
+    """
+    for name, x in feeds.items():
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            raise DataError(f"calibration input '{name}' holds NaN or infinity (batch {batch})")
 
 
 def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians: dict[str, Node] | None = None,
@@ -382,7 +417,9 @@ def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians:
     wanted tensors as extra outputs (faster on big models).
 
     Raises:
-        DataError: a batch does not fit the model, or a tensor takes a non-finite value.
+        DataError: a batch does not fit the model or holds NaN or infinity, or a tensor takes NaN.
+            A tensor the model itself fills with +-inf (masks) is only flagged
+            (:attr:`TensorStats.infinite`).
     """
     from tqdm import tqdm
 
@@ -396,6 +433,7 @@ def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians:
     if engine == "corefold":
         watcher = _Observer(graph, stats, keep)
         for feeds in batches:
+            _check_feeds(feeds, count)
             seen = watcher.observe(feeds)
             if observer is not None:
                 observer.add(seen)
@@ -403,6 +441,7 @@ def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians:
     else:
         runner = make_runner(graph, list(names) + sorted(keep - set(names)), engine)
         for feeds in batches:
+            _check_feeds(feeds, count)
             values = runner(feeds)
             for name in names:
                 _observe(stats[name], name, values[name])

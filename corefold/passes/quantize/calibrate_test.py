@@ -3,7 +3,14 @@ import pytest
 
 from corefold.errors import DataError
 from corefold.ir import parse
-from corefold.passes.quantize.calibrate import RunningHistogram, TensorStats, load_calibration
+from corefold.passes.quantize.calibrate import (
+    CalibrationSet,
+    NaNError,
+    RunningHistogram,
+    TensorStats,
+    calibrate,
+    load_calibration,
+)
 from corefold.passes.quantize.params import clip_magnitude, histogram_percentile
 
 
@@ -53,6 +60,51 @@ def test_calibration_data_checks(tmp_path):
     np.savez(tmp_path / "miss.npz", z=np.zeros((5, 3), np.float32))
     with pytest.raises(DataError, match="no array for input 'x'"):
         load_calibration(tmp_path / "miss.npz", g)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_calibration_inputs_are_the_users_error(tmp_path, bad):
+    """Infinity is tolerated only where the model makes it (masks); in the user's data it is a
+    DataError naming the input, from the file check and again from the calibration loop (a
+    CalibrationSet need not come from load_calibration)."""
+    g = parse(G)
+    x = np.zeros((5, 3), np.float32)
+    x[3, 1] = bad
+    np.savez(tmp_path / "nf.npz", x=x)
+    with pytest.raises(DataError, match="calibration array 'x' in .* holds NaN or infinity"):
+        load_calibration(tmp_path / "nf.npz", g)
+    data = CalibrationSet({"x": ((1, 3), np.dtype(np.float32))}, [tmp_path / "nf.npz"], [5])
+    for engine in ("corefold", "onnxruntime"):
+        with pytest.raises(DataError, match=r"calibration input 'x' holds NaN or infinity \(batch 3\)"):
+            calibrate(g, data, ["x", "y"], engine=engine, progress=False)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
+def test_infinity_made_by_the_model_is_flagged_and_nan_refused(tmp_path):
+    """A tensor taking -inf (a mask) keeps its range over the finite values and is flagged;
+    NaN made inside the model is a DataError naming the tensor."""
+    s = TensorStats()
+    s.add(np.array([-np.inf, -2.0, 3.0, np.inf], np.float32))
+    s.add(np.array([-np.inf], np.float32))  # nothing finite in this batch
+    assert s.infinite and (s.minimum, s.maximum, s.count) == (-2.0, 3.0, 2)
+    assert s.histogram.counts.sum() == 2
+    with pytest.raises(NaNError):
+        s.add(np.array([1.0, np.nan], np.float32))
+    g = parse("""graph g opset 21
+input x: float32[1, 3]
+const ninf: float32[] = [-Infinity]
+node lt = Less(x, ninf) -> (m: bool[1, 3])
+node mask = Where(m, x, ninf) -> (a: float32[1, 3])
+node div = Div(x, x) -> (d: float32[1, 3])
+output a
+output d
+""")
+    np.savez(tmp_path / "c.npz", x=np.array([[1.0, 2.0, 3.0], [0.0, 1.0, 2.0]], np.float32))
+    data = load_calibration(tmp_path / "c.npz", g)
+    stats = calibrate(g, data, ["a"], limit=1, progress=False)
+    assert stats.tensors["a"].infinite and stats.tensors["a"].count == 0
+    with pytest.raises(DataError, match="tensor 'd' takes NaN"):
+        calibrate(g, data, ["d"], progress=False)  # 0 / 0 in the second batch
 
 
 STATEFUL = """graph vad opset 21

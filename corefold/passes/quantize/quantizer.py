@@ -6,7 +6,8 @@ under :class:`corefold.pipeline.Pipeline`, which calls :func:`quantize_graph`:
 1. ``select``    -- which tensors are quantized and which share one parameter set;
 2. ``ranges``    -- intervals known from the operators alone (ReLU -> [0, ?], ...);
 3. ``calibrate`` -- one stream over the calibration data: min/max, |x| histograms and, for
-   GPTQ, the Hessians of the weights' inputs;
+   GPTQ, the Hessians of the weights' inputs; a tensor taking +-inf (a mask) leaves the
+   selection and stays float;
 4. ``params``    -- the seed's rules: unsigned iff min >= 0 else symmetric, k = qmax / m
    (m clipped by the calibration method);
 5. ``rounding``  -- the weights' integers (GPTQ or nearest);
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
+
+import numpy as np
 
 from corefold.ir import Graph
 from corefold.passes.quantize.calibrate import CalibrationSet, calibrate, gptq_weights
@@ -54,7 +57,8 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
 
     Raises:
         QuantizeError: bad settings, or nothing in the graph to quantize.
-        DataError: calibration data that does not fit the model, or a non-finite tensor.
+        DataError: calibration data that does not fit the model or is not finite, or a tensor
+            taking NaN. A tensor the model itself fills with +-inf stays float.
     """
     settings = (settings or QuantizeSettings()).checked()
     sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
@@ -66,6 +70,12 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
     if stats.batches == 0:
         raise QuantizeError(f"no calibration batch: the data holds {data.num_samples} samples, fewer than the "
                             f"model's batch")
+    # a tensor the model fills with +-inf (a causal mask's Where(m, x, -inf), the scores it is
+    # added to) has no scale: it stays float, as a constant holding infinity does (select)
+    sel.keep_float({t for t, s in stats.tensors.items() if s.infinite},
+                   "takes infinity on the calibration data (a mask): read float")
+    # ... and a weight whose input takes infinity has no usable Hessian: nearest rounding
+    gptq = {w: n for w, n in gptq.items() if w not in stats.hessians or np.isfinite(stats.hessians[w]).all()}
     planner = Planner(graph, sel, static, stats, settings)
     consts = {w: graph.value(w).const for w in gptq}
     rounded: dict = {}

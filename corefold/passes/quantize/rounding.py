@@ -87,22 +87,25 @@ def gptq_integers(w: np.ndarray, h: np.ndarray, scale: np.ndarray, qmin: int, qm
         hinv = inverse_cholesky_upper(h).astype(np.float32)
     except np.linalg.LinAlgError:
         return np.clip(np.rint(w / s), qmin, qmax)
-    q = np.empty_like(w)
+    # the sweep runs on the transpose (K x M), so a column of w is a contiguous row
+    wt = np.ascontiguousarray(w.T)
+    st = s[:, 0]
+    qt = np.empty_like(wt)
     for i1 in range(0, k, block):
         i2 = min(i1 + block, k)
-        wb = w[:, i1:i2]  # a view: the in-block updates land in w
+        wb = wt[i1:i2]  # a view: the in-block updates land in wt
         err = np.empty_like(wb)
         hb = hinv[i1:i2, i1:i2]
         for j in range(i2 - i1):
-            col = wb[:, j:j + 1]
-            qj = np.clip(np.rint(col / s), qmin, qmax)
-            q[:, i1 + j:i1 + j + 1] = qj
-            e = (col - qj * s) / hb[j, j]
-            err[:, j:j + 1] = e
-            wb[:, j + 1:] -= e * hb[j, j + 1:]
+            col = wb[j]
+            qj = np.clip(np.rint(col / st), qmin, qmax)
+            qt[i1 + j] = qj
+            e = (col - qj * st) / hb[j, j]
+            err[j] = e
+            wb[j + 1:] -= hb[j, j + 1:, None] * e
         if i2 < k:
-            w[:, i2:] -= err @ hinv[i1:i2, i2:]
-    return q
+            wt[i2:] -= hinv[i1:i2, i2:].T @ err
+    return qt.T
 
 
 def layer_error(w: np.ndarray, q: np.ndarray, scale: np.ndarray, h: np.ndarray) -> float:

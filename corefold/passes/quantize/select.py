@@ -65,6 +65,25 @@ class Selection:
             out.setdefault(self.groups.get(t, t), []).append(t)
         return out
 
+    def keep_float(self, names: set[str], reason: str) -> None:
+        """Take activations ``names`` out of the selection (they stay float, ``reason`` in
+        :attr:`skipped`). Their tied groups keep the other members, under a representative
+        that is still selected; a bias whose input stays float stays float too. O(tensors)."""
+        names = set(names) & set(self.activations)
+        if not names:
+            return
+        for t in names:
+            self.skipped[t] = reason
+        self.activations = [t for t in self.activations if t not in names]
+        self.softmax_inputs -= names
+        alive = set(self.activations)
+        rep: dict[str, str] = {}
+        for t in self.activations:
+            r = self.groups.get(t, t)
+            rep.setdefault(r, r if r in alive else t)
+        self.groups = {t: rep[self.groups.get(t, t)] for t in self.activations}
+        self.biases = {b: xw for b, xw in self.biases.items() if xw[0] not in names}
+
 
 def _is_float(v: Value | None) -> bool:
     return v is not None and np.issubdtype(v.dtype, np.floating)
