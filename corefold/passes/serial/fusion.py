@@ -198,6 +198,29 @@ def minimum_chain(chain: list[Piece], svc: CompileService) -> list[Piece]:
     return [_span(chain, i, j) for i, j in reversed(cuts)]
 
 
+def _furthest(s: int, end: int, fits: Callable[[Piece], bool]) -> int:
+    """The furthest ``e`` in ``(s, end]`` with ``[s, e)`` fitting, given that ``[s, s + 1)``
+    fits: galloping then binary search, O(log(e - s)) checks."""
+    lo, step = s + 1, 1  # lo: an end known to fit
+    hi = None  # an end known not to fit
+    while hi is None:
+        probe = min(lo + step, end)
+        if probe == lo:
+            break
+        if fits(Piece(s, probe)):
+            lo, step = probe, step * 2
+        else:
+            hi = probe
+    if hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(Piece(s, mid)):
+                lo = mid
+            else:
+                hi = mid
+    return lo
+
+
 def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[Piece]:
     """The fewest ranges covering ``[start, end)`` of the order that each fit (module
     docstring), single operators being the finest grain.
@@ -210,25 +233,44 @@ def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[P
     while s < end:
         if not fits(Piece(s, s + 1)):
             raise ValueError(f"operator at position {s} does not fit on its own")
-        lo, step = s + 1, 1  # lo: an end known to fit
-        hi = None  # an end known not to fit
-        while hi is None:
-            probe = min(lo + step, end)
-            if probe == lo:
-                break
-            if fits(Piece(s, probe)):
-                lo, step = probe, step * 2
-            else:
-                hi = probe
-        if hi is not None:
+        e = _furthest(s, end, fits)
+        out.append(Piece(s, e))
+        s = e
+    return out
+
+
+def compiled_cover(start: int, end: int, svc: CompileService) -> list[Piece]:
+    """The fewest ranges covering ``[start, end)`` that each *compile*: the greedy of
+    :func:`minimum_cover` with every step checked by a full compile. A step the fast check
+    overestimated (it fits but does not compile) is shortened by binary search with full
+    compiles, so the step is again the furthest that compiles and the greedy stays optimal
+    for a monotone compiler. O(k log(n / k)) fast checks plus k compiles, and
+    O(log(step)) compiles more for each overestimated step.
+
+    Raises:
+        CompileError: a single operator that does not compile.
+    """
+    out: list[Piece] = []
+    s = start
+    while s < end:
+        if svc.fits(Piece(s, s + 1)):
+            e = _furthest(s, end, svc.fits)
+        else:
+            e = s + 1
+        outcome = svc.compile(Piece(s, e))
+        if not outcome.ok:
+            lo, hi = s, e  # [s, hi) does not compile; [s, lo) does (lo == s: none known yet)
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if fits(Piece(s, mid)):
+                if svc.compile(Piece(s, mid)).ok:
                     lo = mid
                 else:
                     hi = mid
-        out.append(Piece(s, lo))
-        s = lo
+            if lo == s:
+                raise svc.compile(Piece(s, s + 1)).error
+            e = lo
+        out.append(Piece(s, e))
+        s = e
     return out
 
 
@@ -282,8 +324,9 @@ def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attribut
     if strategy == "none":
         return list(chain)
     if strategy == "optimal":
-        best = minimum_chain(chain, svc) if len(chain) <= 2 else minimum_cover(chain[0].start, chain[-1].end, svc.fits)
-        return repair_cover(best, chain, svc)
+        if len(chain) <= 2:
+            return repair_cover(minimum_chain(chain, svc), chain, svc)
+        return compiled_cover(chain[0].start, chain[-1].end, svc)
     if strategy not in step:
         raise ValueError(f"unknown fusion strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     done = 0

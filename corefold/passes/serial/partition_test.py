@@ -319,3 +319,51 @@ def test_optimal_cover_repaired_when_fits_overestimates():
     svc = _Fake(lambda p: not p.start <= 5 < p.end)
     with pytest.raises(CompileError):
         repair_cover([Piece(0, 9)], chain, svc)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_compiled_cover_reaches_the_minimum_that_compiles_when_the_fast_check_overestimates(seed, n):
+    """The fast check admits ranges up to ``loose`` bytes, the compiler only up to
+    ``tight``: the optimal strategy's cover still compiles everywhere, covers every operator
+    once in order, and has the fewest ranges that compile (the DP over every position)."""
+    from corefold.passes.serial.compilers import Outcome
+    from corefold.passes.serial.fusion import compiled_cover
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 10, n)
+    prefix = np.concatenate([[0], np.cumsum(sizes)])
+    tight = int(rng.integers(int(sizes.max()), int(sizes.sum()) + 1))
+    loose = tight + int(rng.integers(0, 20))
+
+    def weight(p):
+        return prefix[p.end] - prefix[p.start]
+
+    class Svc:
+        compiles = 0
+
+        def fits(self, p):
+            return weight(p) <= loose
+
+        def compile(self, p):
+            Svc.compiles += 1
+            return Outcome(p, "exe") if weight(p) <= tight else Outcome(p, None, CompileError("SRAM", "x", 2, 1))
+
+    class Exact:
+        def fits(self, p):
+            return weight(p) <= tight
+
+    got = compiled_cover(0, n, Svc())
+    assert got[0].start == 0 and got[-1].end == n
+    assert all(a.end == b.start for a, b in zip(got, got[1:], strict=False))
+    assert all(weight(p) <= tight for p in got)
+    assert len(got) == len(minimum_chain([Piece(i, i + 1) for i in range(n)], Exact()))
+
+
+def test_compiled_cover_raises_the_error_of_an_operator_that_never_compiles():
+    from corefold.passes.serial.fusion import compiled_cover
+
+    svc = _Fake(lambda p: not p.start <= 5 < p.end)
+    svc.fits = lambda p: True
+    with pytest.raises(CompileError):
+        compiled_cover(0, 9, svc)
