@@ -71,7 +71,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 STRATEGIES = ("a", "b", "c", "d", "optimal")
-DEFAULT = "optimal"
+DEFAULT = "d"
 LIGHT = ("squeezenet", "inception_v1", "inception_v2", "shufflenet", "densenet121", "resnet50", "bvlc_alexnet",
          "zfnet512", "vgg19")
 TORCHVISION = ("resnet18", "resnet50", "vit_b_16")

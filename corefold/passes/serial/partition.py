@@ -50,10 +50,10 @@ class SerialSettings:
     Attributes:
         fusion: the fusion strategy: ``a`` (attribute groups), ``b`` (pairs), ``c``
             (forward greedy), ``d`` (bidirectional), ``optimal`` (the minimum number of
-            executables) or ``none``. The default is ``optimal``: on bench/compile.py's
-            four models it gives 1.17-1.60x fewer executables than ``d`` with fewer full
-            compiles, and a lower simulated latency on three of them (BERT: 1.21x
-            ``d``'s); its fit checks cost seconds.
+            executables) or ``none``. The default stays ``d``: ``optimal`` gives 1.17-1.60x
+            fewer executables on bench/compile.py's four small models, with fewer full
+            compiles, but on ResNet-50 the fast check overestimates what fits and the
+            full compiles that correct it take the compile far past ``d``'s 10 minutes.
         fusion_rounds: how many times the strategy is applied (0: until a round fuses
             nothing; the seed applies it once).
         split_rules: the cut rules tried in order when a piece fails: ``target`` (the
@@ -69,7 +69,7 @@ class SerialSettings:
         ray: ``""`` (none), ``"auto"`` or a Ray cluster address to compile on.
     """
 
-    fusion: str = "optimal"
+    fusion: str = "d"
     fusion_rounds: int = 0
     split_rules: tuple[str, ...] = ("target", "single", "balanced")
     cut_at_targets: bool = True
