@@ -59,17 +59,23 @@ def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
 
 
 def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: dict[int, int]) -> bool:
-    """After an allocation that ends above ``limit``: lower the allowed live bytes at the
-    events where a buffer lies above it by that excess (keyed by ``id(event)``), so the
-    next spill frees room exactly there. False when nothing overflows."""
+    """After an allocation that ends above ``limit``: at the events where a buffer lies
+    above it, allow at most the live bytes there less that excess (keyed by
+    ``id(event)``), so the next spill frees room exactly there. The cap is taken from the
+    live bytes, not from ``avail``: when the buffers are fragmented, the live bytes are
+    already under ``avail`` and a cap below ``avail`` alone would spill nothing, giving the
+    same layout again. False when nothing overflows. O(B + events)."""
     life = lifetimes(plan, cp)
+    load = pressure(plan, life, len(cp.events))
     changed = False
     for b, (lo, hi) in life.items():
         buf = plan.buffers[b]
         excess = buf.offset + aligned(buf.nbytes) - limit
         if excess > 0:
-            for ev in cp.events[lo:hi + 1]:
-                limits[id(ev)] = min(limits.get(id(ev), avail), avail - excess - ALIGNMENT)
+            for i in range(lo, hi + 1):
+                ev = cp.events[i]
+                cap = min(avail, int(load[i])) - excess - ALIGNMENT
+                limits[id(ev)] = min(limits.get(id(ev), avail), cap)
                 changed = True
     return changed
 

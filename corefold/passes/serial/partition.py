@@ -32,6 +32,7 @@ from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
 from corefold.passes.serial.fusion import (
     STRATEGIES,
     GroupLimits,
+    compiled_cover,
     fuse,
     minimum_chain,
     minimum_cover,
@@ -278,7 +279,30 @@ def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None =
     if len(graph) == 0:
         return SerialResult([], [], [], 0, 0, [], 0)
     make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
+    if settings.fusion == "optimal" and fits_fn is not None:
+        return _optimal_directly(graph, settings, make)
     return fuse_prepared(prepare(graph, compile_fn, settings, make), settings, make)
+
+
+def _optimal_directly(graph: Graph, settings: SerialSettings, make) -> SerialResult:
+    """The optimal strategy without the split phase: its cover ranges over every position of
+    the order, whatever the split chain is, so the split phase's compiles would be spent
+    for nothing. The greedy cover with every step confirmed by a compile
+    (:func:`~corefold.passes.serial.fusion.compiled_cover`); the reference is then the
+    same greedy on the fast check, on the same caches. There is no split chain:
+    ``split_pieces`` is the cover itself. O(k log(n / k)) fast checks and about k compiles
+    for k executables of n operators."""
+    order = graph.topological_order()
+    svc = make(order, {})
+    try:
+        cross = crossing(graph, order)
+        pieces = compiled_cover(0, len(order), svc)
+        outcomes = svc.compile_many(pieces)
+        minimum = len(minimum_cover(0, len(order), svc.fits)) if settings.reference else None
+    finally:
+        svc.close()
+    return SerialResult(order, pieces, [o.executable for o in outcomes], svc.calls, svc.fits_calls, list(pieces),
+                        minimum, [int(cross.bytes[p.end]) for p in pieces[:-1]], "optimal", None)
 
 
 def compare_strategies(graph: Graph, compile_fn, settings: SerialSettings | None = None, *, fits_fn=None,

@@ -367,3 +367,34 @@ def test_compiled_cover_raises_the_error_of_an_operator_that_never_compiles():
     svc.fits = lambda p: True
     with pytest.raises(CompileError):
         compiled_cover(0, 9, svc)
+
+
+def test_optimal_with_a_fast_check_skips_the_split_phase():
+    """With a fast check as exact as the compiler, ``optimal`` compiles each executable of
+    its cover once and nothing else (no split phase), reaches the brute-force minimum over
+    every position of the order, and the chain computes the model's outputs."""
+    g = random_network(30, seed=5, channels=4, size=4, batch=1, ctrl_edges=0)
+    limit = 3 * max(sum(v.nbytes for v in n.inputs if v is not None and v.is_constant) for n in g.nodes)
+    compile_fn = functools.partial(max_weight, limit)
+
+    def fits_fn(sub):
+        try:
+            compile_fn(sub)
+        except CompileError as exc:
+            return exc
+        return None
+
+    res = serial_partition(g, compile_fn, SerialSettings(fusion="optimal"), fits_fn=fits_fn)
+    assert res.compile_calls == len(res.pieces) == res.minimum_executables > 1
+    assert res.split_pieces == res.pieces and res.chain_minimum_executables is None
+    order = res.order
+    best = [0] + [len(order) + 1] * len(order)  # brute force over every position
+    for j in range(1, len(order) + 1):
+        best[j] = min(best[i] + 1 for i in range(j)
+                      if sum({id(v): v.nbytes for n in order[i:j] for v in n.inputs
+                              if v is not None and v.is_constant}.values()) <= limit)
+    assert len(res.pieces) == best[-1]
+    feeds = random_inputs(g, 0)
+    want, got = run(g, feeds), run_chain(g, res, feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
