@@ -133,14 +133,62 @@ def random_list_schedules(P, S0, members, member_mask, pred_ptr, pred_idx, succ_
 
 
 @njit(cache=True)
-def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed, target):
-    """Random insertion moves that keep every edge, accepting non-worsening ones.
+def carry_move(cur, a, b, pred_ptr, pred_idx, succ_ptr, succ_idx, mark, trial):
+    """Move the node at position a to position b, carrying what the edges force along.
 
-    Moving the node at position a to position b is valid iff no predecessor lies in
-    [b, a) (b < a) or no successor lies in (a, b] (b > a). Each try re-simulates the
-    segment from ``S0``: O(iters * m). Stops early once the makespan is at most
-    ``target`` (pass a negative ``target`` to run every iteration). Returns (order,
-    makespan, mean busy-until).
+    Moving x = cur[a] earlier (b < a) takes with it every node in [b, a) that is an
+    ancestor of x (through nodes in that range, which is every path from there to x); they
+    go right before x in their current relative order, the rest of [b, a) right after.
+    Moving later (b > a) is the mirror: the descendants of x in (a, b] follow x to the end
+    of the range. No edge is broken: a node left behind has no edge into the carried group
+    (it would be carried) on the side the group moves past. A plain insertion is the case
+    of a group of one; pulling a whole chain (a branch's convolution with its
+    normalisation ops) in front of another branch needs this move, since every single
+    insertion on the way is blocked by an edge. ``mark`` (bool per node) must be all False
+    and is left so. Writes ``trial``; O(|b - a| * deg).
+    """
+    m = cur.shape[0]
+    x = cur[a]
+    mark[x] = True
+    lo, hi = min(a, b), max(a, b)
+    if b < a:
+        for p in range(a - 1, b - 1, -1):
+            y = cur[p]
+            for k in range(succ_ptr[y], succ_ptr[y + 1]):
+                if mark[succ_idx[k]]:
+                    mark[y] = True
+                    break
+    else:
+        for p in range(a + 1, b + 1):
+            y = cur[p]
+            for k in range(pred_ptr[y], pred_ptr[y + 1]):
+                if mark[pred_idx[k]]:
+                    mark[y] = True
+                    break
+    trial[:lo] = cur[:lo]
+    q = lo
+    for first in (b < a, b > a):  # carried group first when moving earlier, last when later
+        for p in range(lo, hi + 1):
+            if mark[cur[p]] == first:
+                trial[q] = cur[p]
+                q += 1
+    trial[hi + 1:m] = cur[hi + 1:m]
+    for p in range(lo, hi + 1):
+        mark[cur[p]] = False
+
+
+@njit(cache=True)
+def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed, target,
+                 carry):
+    """Random moves that keep every edge, accepting non-worsening ones.
+
+    Each try picks a position a at random; with probability ``carry`` it is a
+    :func:`carry_move` to a position b drawn from the whole order, otherwise a plain
+    insertion: moving the node at a to b is valid iff no predecessor lies in [b, a)
+    (b < a) or no successor lies in (a, b] (b > a), so b is drawn from that range. Each
+    try re-simulates the order from ``S0``: O(iters * m) (a carry move's O(|b - a| * deg)
+    is within that). Stops early once the makespan is at most ``target`` (pass a negative
+    ``target`` to run every iteration). Returns (order, makespan, mean busy-until).
     """
     np.random.seed(seed)
     m = order.shape[0]
@@ -153,35 +201,42 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
     pos = np.full(n_nodes, -1, np.int64)
     for j in range(m):
         pos[cur[j]] = j
+    mark = np.zeros(n_nodes, np.bool_)
     trial = np.empty(m, np.int64)
     for _ in range(iters):
         if cur_ms <= target:
             break
         a = np.random.randint(0, m)
         x = cur[a]
-        lo = 0
-        for k in range(pred_ptr[x], pred_ptr[x + 1]):
-            lo = max(lo, pos[pred_idx[k]] + 1)
-        hi = m - 1
-        for k in range(succ_ptr[x], succ_ptr[x + 1]):
-            p = pos[succ_idx[k]]
-            if p >= 0:
-                hi = min(hi, p - 1)
-        if hi <= lo:
-            continue
-        b = np.random.randint(lo, hi + 1)
-        if b == a:
-            continue
-        if b < a:
-            trial[:b] = cur[:b]
-            trial[b] = x
-            trial[b + 1:a + 1] = cur[b:a]
-            trial[a + 1:] = cur[a + 1:]
+        if carry > 0.0 and np.random.random() < carry:
+            b = np.random.randint(0, m)
+            if b == a:
+                continue
+            carry_move(cur, a, b, pred_ptr, pred_idx, succ_ptr, succ_idx, mark, trial)
         else:
-            trial[:a] = cur[:a]
-            trial[a:b] = cur[a + 1:b + 1]
-            trial[b] = x
-            trial[b + 1:] = cur[b + 1:]
+            lo = 0
+            for k in range(pred_ptr[x], pred_ptr[x + 1]):
+                lo = max(lo, pos[pred_idx[k]] + 1)
+            hi = m - 1
+            for k in range(succ_ptr[x], succ_ptr[x + 1]):
+                p = pos[succ_idx[k]]
+                if p >= 0:
+                    hi = min(hi, p - 1)
+            if hi <= lo:
+                continue
+            b = np.random.randint(lo, hi + 1)
+            if b == a:
+                continue
+            if b < a:
+                trial[:b] = cur[:b]
+                trial[b] = x
+                trial[b + 1:a + 1] = cur[b:a]
+                trial[a + 1:] = cur[a + 1:]
+            else:
+                trial[:a] = cur[:a]
+                trial[a:b] = cur[a + 1:b + 1]
+                trial[b] = x
+                trial[b + 1:] = cur[b + 1:]
         S = _copy(S0)
         run_order(P, S, trial)
         ms, busy = score(P, S)
@@ -191,6 +246,48 @@ def local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, 
             for j in range(min(a, b), max(a, b) + 1):
                 pos[cur[j]] = j
     return cur, cur_ms, cur_busy
+
+
+@njit(cache=True)
+def iterated_local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed,
+                          round_iters, kicks, carry):
+    """Local search restarted from kicked copies of the best order (iterated local search).
+
+    Round 0 runs :func:`local_search` (``carry`` as there) from ``order`` for
+    ``round_iters`` tries; every later round applies ``kicks`` random :func:`carry_move`
+    moves to the best order so far, accepted whatever they cost, then local search again;
+    a round's result replaces the best if no worse (makespan, then mean busy-until).
+    Insertion and carry moves stall in local optima where the better order needs several
+    moves that each cost time on their own (e.g. swapping which branch's weights the DMA
+    queue fetches first); the kicks step over them. ``round_iters <= 0`` or ``kicks <= 0``
+    is one plain local search. O(iters * m) for m nodes, deterministic for a seed.
+    Returns (order, makespan, mean busy-until).
+    """
+    if round_iters <= 0 or kicks <= 0 or round_iters >= iters:
+        return local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, iters, seed, -1.0,
+                            carry)
+    best, best_ms, best_busy = local_search(P, S0, order, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes,
+                                            round_iters, seed, -1.0, carry)
+    m = order.shape[0]
+    if m < 3:
+        return best, best_ms, best_busy
+    mark = np.zeros(n_nodes, np.bool_)
+    kicked = np.empty(m, np.int64)
+    trial = np.empty(m, np.int64)
+    for r in range(1, iters // round_iters):
+        np.random.seed(seed + 65537 * r)
+        kicked[:] = best
+        for _ in range(kicks):
+            a = np.random.randint(0, m)
+            b = np.random.randint(0, m)
+            if a != b:
+                carry_move(kicked, a, b, pred_ptr, pred_idx, succ_ptr, succ_idx, mark, trial)
+                kicked[:] = trial
+        cur, ms, busy = local_search(P, S0, kicked, pred_ptr, pred_idx, succ_ptr, succ_idx, n_nodes, round_iters,
+                                     seed + 65537 * r + 1, -1.0, carry)
+        if ms < best_ms or (ms == best_ms and busy <= best_busy):
+            best, best_ms, best_busy = cur, ms, busy
+    return best, best_ms, best_busy
 
 
 @njit(cache=True)

@@ -16,8 +16,10 @@ minimising (makespan so far, mean busy-until of the units) lexicographically ove
   enumerated and simulated (exact for the segment);
 * otherwise: ``samples`` sampled orders (perturbed-priority list schedules, or random
   ready choices), the dynamic program over sets of finished ops (ideals) pruned to a beam
-  (segments of at most 63 ops), and, with ``local_search``, random insertion moves from
-  the best within the segment's share of the budget.
+  (segments of at most 63 ops), and, with ``local_search``, an iterated local search from
+  the best within the segment's share of the budget: random insertion and carry moves
+  (a node moved together with the ancestors or descendants it would jump over), restarted
+  every ``round_iters`` tries from the best order after ``kicks`` random carry moves.
 
 With ``local_search``, the concatenated order is then polished across segment boundaries
 with the rest of the budget; with ``baselines`` it is compared with the whole-graph
@@ -50,6 +52,7 @@ from corefold.passes.order.candidates import (
 from corefold.passes.order.key_nodes import segments
 from corefold.passes.order.list_schedule import (
     beam_over_ideals,
+    iterated_local_search,
     list_schedule,
     local_search,
     random_list_schedules,
@@ -189,7 +192,8 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
                 cur = stacked[np.lexsort((busy, ms))[0]]
                 share = seg_steps * len(members) / hard_total
                 iters = int(max(0.0, share - settings.samples * len(members)) / len(members))
-                cur, _, _ = local_search(P, state, cur, *edges, n, iters, seed + 7919 * j, -1.0)
+                cur, _, _ = iterated_local_search(P, state, cur, *edges, n, iters, seed + 7919 * j,
+                                                  settings.round_iters, settings.kicks, settings.carry)
                 cands.append(cur)
         stacked = np.vstack([np.atleast_2d(c) for c in cands])
         ms, busy = evaluate_batch(P, state, stacked)
@@ -203,7 +207,7 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
     if all(c == 1 for c in counts) or reached:
         polish = 0  # every segment has one order, so the whole graph has one
     if n > 1 and polish > 0:
-        order, ms, _ = local_search(P, initial_state(problem), order, *edges, n, polish, seed + 104729, target)
+        order, ms, _ = local_search(P, initial_state(problem), order, *edges, n, polish, seed + 104729, target, 0.0)
         reached = _reached(float(ms), settings)
     return SearchOutcome(order, len(segs), enumerated, reached)
 

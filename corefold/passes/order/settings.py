@@ -40,6 +40,14 @@ class OrderSettings:
             finished operators (segments of at most 63 operators; 0 turns it off).
         local_search: improve each non-enumerated segment, then the whole order, by random
             insertion moves that keep every edge, with the budget left after sampling.
+        carry: share of a segment's local-search moves that are carry moves (a node
+            moved with the ancestors or descendants it would pass; list_schedule.py's
+            ``carry_move``) instead of plain insertions; the whole-order polish uses
+            insertions only.
+        round_iters: local-search tries per round of a segment's iterated local search;
+            each later round restarts from the best order after ``kicks`` random carry
+            moves (0 turns the restarts off: one local search).
+        kicks: random carry moves applied to the best order at each restart.
         baselines: also try per segment the file order and the critical-path and greedy
             list schedules, and return the best whole-graph baseline (file order,
             ready-first, critical path, greedy) when it beats the search, so the result
@@ -62,6 +70,9 @@ class OrderSettings:
     spread: float = 0.5
     beam_width: int = 64
     local_search: bool = True
+    carry: float = 0.5
+    round_iters: int = 1000
+    kicks: int = 8
     baselines: bool = True
     bound_nodes: int = 20_000
     target_makespan: float | None = None
@@ -95,6 +106,9 @@ class OrderSettings:
         need(self.sampling in ("priority", "random"), "sampling", "'priority' or 'random'")
         need(self.spread >= 0, "spread", ">= 0")
         need(self.beam_width >= 0, "beam_width", ">= 0")
+        need(0.0 <= self.carry <= 1.0, "carry", "in [0, 1]")
+        need(self.round_iters >= 0, "round_iters", ">= 0")
+        need(self.kicks >= 0, "kicks", ">= 0")
         need(self.bound_nodes >= 0, "bound_nodes", ">= 0")
         need(self.target_makespan is None or self.target_makespan >= 0, "target_makespan", "None or >= 0 seconds")
         return self
