@@ -73,6 +73,11 @@ def compressible(storage: Storage, fmt: CompressFormat) -> bool:
     return dt.kind == "f" and dt.itemsize > fmt.itemsize
 
 
+def _copy(ev: Eviction) -> Eviction:
+    """A copy of ``ev`` whose lists can change on their own."""
+    return replace(ev, gaps=list(ev.gaps), triggers=list(ev.triggers), restore_slots=list(ev.restore_slots))
+
+
 class BudgetPlanner:
     """The greedy planner of the module doc; :meth:`plan` returns the evictions."""
 
@@ -246,8 +251,9 @@ class BudgetPlanner:
         if chunk:
             yield chunk
 
-    def plan(self) -> list[Eviction]:
-        """Evictions that bring every step under the budget.
+    def choose(self) -> None:
+        """The greedy rounds: evictions that bring every step under the budget, with the
+        greedy's own bookings.
 
         Raises:
             PlanError: the peak step keeps more than the budget whatever is evicted.
@@ -274,8 +280,33 @@ class BudgetPlanner:
                                 "and nothing left there can be evicted")
             self.commit(best[1])
             self.rounds += 1
-        self.relax()
-        return [replace(ev) for ev in self.plans.values()]
+
+    def plan(self) -> list[Eviction]:
+        """Evictions that bring every step under the budget, timed by ``settings.timing``
+        (``best``: the first of :meth:`plan_variants`).
+
+        Raises:
+            PlanError: the peak step keeps more than the budget whatever is evicted.
+        """
+        return next(iter(self.plan_variants().values()))
+
+    def plan_variants(self) -> dict[str, list[Eviction]]:
+        """The greedy's choice of gaps (:meth:`choose`), timed each way ``settings.timing``
+        names: ``retime`` and ``relax`` for ``best``. Each variant fits the budget.
+
+        Raises:
+            PlanError: the peak step keeps more than the budget whatever is evicted.
+        """
+        self.choose()
+        timings = ["retime", "relax"] if self.settings.timing == "best" else [self.settings.timing]
+        out: dict[str, list[Eviction]] = {}
+        memory, plans = self.memory.copy(), {st: _copy(ev) for st, ev in self.plans.items()}
+        for k, timing in enumerate(timings):
+            if k:
+                self.memory, self.plans = memory.copy(), {st: _copy(ev) for st, ev in plans.items()}
+            self.retime() if timing == "retime" else self.relax()
+            out[timing] = [_copy(ev) for ev in self.plans.values()]
+        return out
 
     # -- using the headroom ------------------------------------------------------------
     def _headroom(self, a: int, b: int, nbytes: int) -> int:
@@ -323,3 +354,96 @@ class BudgetPlanner:
                 if key in self._restore_key:
                     self.h2d.cancel(self._restore_key[key])
                 self._restore_key[key] = self.h2d.book(*better, key)
+
+    # -- list-scheduling the copies ----------------------------------------------------
+    def _move(self, old: list, new: list) -> None:
+        for a, b, x in old:
+            self.memory[a:b + 1] -= x
+        for a, b, x in new:
+            self.memory[a:b + 1] += x
+
+    def retime(self) -> float:
+        """Re-time the chosen evictions as a list schedule of the two links; returns the
+        estimated step time with its stalls.
+
+        The greedy books each copy when its storage is chosen, largest first, and each
+        restore as late as it can: on a chain of layers the restores of the first layers'
+        large tensors then crowd the end of the backward phase while the memory under the
+        budget sits unused. Here the choice of gaps is kept and only the release and the
+        triggers move:
+
+        1. every eviction is set to its least memory (release ``lo + 1``, trigger
+           ``hi - 1``), which fits because the greedy's did;
+        2. SwapOuts in order of readiness, each right after the previous one on the d2h
+           link (``xs = max(free, end(ready))``); the release goes as far towards the first
+           step starting after ``xs + L`` as the budget allows, and when it stops short the
+           compute stream waits there: ``D[r:] += xs + L - start(r)``;
+        3. SwapIns in order of first read, each right after the previous one on the h2d
+           link and no earlier than the end of step ``q_min``, the earliest trigger whose
+           copy fits under the budget until the read; a copy that ends after its read
+           starts delays it and every later step.
+
+        ``start(i) = S(i) + D(i)`` and ``end(k) = S(k + 1) + D(k)`` with ``D`` the stalls
+        so far, so later copies see the delays of earlier ones. Every step stays within the
+        budget: each move only adds a copy where the budget has room. O(E log E + R n).
+        """
+        evs = [ev for ev in self.plans.values() if ev.moves]
+        n = self.program.num_steps
+        S = self.S
+        D = np.zeros(n + 1, dtype=np.float64)
+        if not evs:
+            return float(S[n])
+        for ev in evs:
+            old = ev.intervals()
+            ev.release = ev.uses.lo(ev.gaps[0]) + 1
+            ev.triggers = [ev.uses.hi(g) - 1 for g in ev.gaps]
+            self._move(old, ev.intervals())
+
+        def start(i: int) -> float:
+            return S[i] + D[i]
+
+        def end(k: int) -> float:
+            return S[k + 1] + D[k]
+
+        def ready(ev: Eviction) -> int:
+            return int(ev.uses.points[0]) if ev.mode == SWAP else ev.uses.lo(ev.gaps[0])
+
+        free = 0.0
+        for ev in sorted(evs, key=lambda e: (ready(e), -e.uses.nbytes)):
+            u, moved = ev.uses, self._moved(ev)
+            lo, hi = u.lo(ev.gaps[0]), u.hi(ev.gaps[0])
+            xs = max(free, end(ready(ev)))
+            xe = free = xs + copy_seconds(moved, self.target)
+            r = lo + 1
+            while r < hi and start(r) < xe - 1e-15 and self.memory[r] + moved <= self.budget:
+                self.memory[r] += moved
+                r += 1
+            ev.release = r
+            if start(r) < xe:
+                D[r:] += xe - start(r)
+            k = lo
+            while k + 1 < r and end(k + 1) <= xs + 1e-15:
+                k += 1
+            ev.swap_slot, ev.swap_anchor = (xs, xe), max(ready(ev), min(k, r - 1))
+        restores = sorted(((ev.uses.hi(g), -ev.uses.nbytes, i, j) for i, ev in enumerate(evs)
+                           for j, g in enumerate(ev.gaps)))
+        free = 0.0
+        for hi, _, i, j in restores:
+            ev = evs[i]
+            moved, lo = self._moved(ev), ev.uses.lo(ev.gaps[j])
+            q = hi - 1
+            while q > lo and self.memory[q] + moved <= self.budget:
+                q -= 1
+            xs = max(free, end(q), ev.swap_slot[1])
+            xe = free = xs + copy_seconds(moved, self.target)
+            while q + 1 < hi and end(q + 1) <= xs + 1e-15:
+                q += 1
+            self.memory[q + 1:hi] += moved
+            if xe > start(hi):
+                D[hi:] += xe - start(hi)
+            ev.triggers[j], ev.restore_slots[j] = q, (xs, xe)
+        return float(S[n] + D[n])
+
+    def _moved(self, ev: Eviction) -> int:
+        """Bytes ``ev`` moves over the link: the storage's, or its compressed form's."""
+        return ev.uses.nbytes if ev.mode == SWAP else ev.compressed_bytes()
