@@ -24,7 +24,9 @@ no-swap peak for corefold; the rules have no budget), the smallest budget corefo
 overhead (searched by doubling, then bisection; "none" when even the first batch tried
 misses 20%: the rules swap whether or not memory is short). Traces are cached as IR text in
 ``--cache`` (default .bench_cache/swap). Run: ``python bench/swap.py [--models resnet50]
-[--targets gpu-nvlink] [--quick]``.
+[--targets gpu-nvlink] [--quick]``; ``--bound-batches 768,960`` prints instead, at those
+batches and 16 GiB, the host link's lower bound on any swap-only plan's stall
+(:func:`stall_lower_bound`) next to corefold's overhead.
 """
 
 from __future__ import annotations
@@ -131,6 +133,54 @@ def rule_plan(graph, target, rule: str, lb: int = 1):
     return graph
 
 
+# -- what the link allows ---------------------------------------------------------------------
+def stall_lower_bound(graph, target, budget: int) -> tuple[float, float, float]:
+    """(forward, backward, total) seconds that any swap-only plan within ``budget`` must stall,
+    in the same time model. At step ``i`` the excess ``E_i = M(i) - budget`` of the no-swap
+    step profile must be off the device, taken from the storages live there and not read
+    there (fractionally, which only lowers the bound):
+
+    * it has left over the d2h link, no byte before its producer ended: with the
+      earliest-produced bytes chosen, the copies end at ``max_r (r + bytes released at or
+      after r / bw)``, and step ``i`` cannot start before that: ``fwd_i = that - S(i)``;
+    * it comes back over the h2d link after step ``i`` and by its next read ``h``: with the
+      latest-read bytes chosen, ``bwd_i = max_h (S(i + 1) + bytes read by h / bw - S(h))``.
+
+    The two stalls fall in disjoint intervals for ``i <= j``, so the step waits at least
+    ``max_{i <= j} fwd_i + bwd_j``. O(n G) for G use gaps."""
+    m = measure(graph, target)
+    program = m.program
+    bw = target.device.host_link_bytes_per_s
+    S = np.concatenate([[0.0], np.cumsum([node_seconds(c, "compute", target) for c in program.compute])])
+    gaps = list(use_gaps(program, m.steps.intervals).values())
+    n = program.num_steps
+    fwd, bwd = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        excess = int(m.steps.memory[i]) - budget
+        if excess <= 0:
+            continue
+        live = [(int(u.points[0]), u.hi(k), u.nbytes) for u in gaps if (k := u.gap_at(i)) is not None]
+        out, rem = [], excess
+        for p, _, nb in sorted(live):
+            out.append((S[p + 1], min(nb, rem)))
+            rem -= nb
+            if rem <= 0:
+                break
+        after = np.cumsum([b for _, b in out][::-1])[::-1]
+        fwd[i] = max(0.0, max(r + a / bw for (r, _), a in zip(out, after, strict=True)) - S[i])
+        back, rem = [], excess
+        for _, h, nb in sorted(live, key=lambda x: -x[1]):
+            back.append((h, min(nb, rem)))
+            rem -= nb
+            if rem <= 0:
+                break
+        back.sort()
+        by = np.cumsum([b for _, b in back])
+        bwd[i] = max(0.0, max(S[i + 1] + c / bw - S[h] for (h, _), c in zip(back, by, strict=True)))
+    total = float(np.max(np.maximum.accumulate(fwd) + bwd))
+    return float(fwd.max()), float(bwd.max()), total
+
+
 # -- measuring --------------------------------------------------------------------------------
 def run_method(graph, target, method: str, budget: int | None):
     """(peak bytes, time seconds) after ``method``, or None when corefold finds no plan."""
@@ -205,6 +255,27 @@ def smallest_budget(graph, target, floor: int, peak: int, reduction: str, iters:
     return hi
 
 
+def print_bounds(args) -> int:
+    """The ``--bound-batches`` table: what the link allows against what corefold gets."""
+    print(f"{'target':<11} {'model':<10} {'batch':>6} {'fwd bound':>10} {'bwd bound':>10} {'overhead >=':>12} "
+          f"{'corefold':>9} {'timing':>7}")
+    for tname in args.targets.split(","):
+        target = load_target(tname)
+        for name in args.models.split(","):
+            for batch in map(int, args.bound_batches.split(",")):
+                g = trace(name, batch, args.cache)
+                base = measure(g, target).schedule.makespan
+                fwd, bwd, total = stall_lower_bound(g, target, CAPACITY)
+                try:
+                    r = plan_memory(clone_graph(g), target, MemorySettings(budget_bytes=CAPACITY)).report
+                    got, timing = f"{r['overhead'] * 100:.1f}%", r.get("timing", "-")
+                except (PlanError, BudgetError) as exc:
+                    got, timing = type(exc).__name__, "-"
+                print(f"{tname:<11} {name:<10} {batch:>6} {fwd * 1e3:>8.0f}ms {bwd * 1e3:>8.0f}ms "
+                      f"{total / base * 100:>11.1f}% {got:>9} {timing:>7}", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -214,7 +285,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="coarser searches")
     ap.add_argument("--no-batch-search", action="store_true")
     ap.add_argument("--smallest", default="swap", help="reductions to find the smallest budget for (swap,auto)")
+    ap.add_argument("--bound-batches", default="",
+                    help="only print, per model and target, at these batches and 16 GiB: the link's lower bound "
+                         "on the stall of any swap-only plan and corefold's overhead (e.g. 768,896,960,1024)")
     args = ap.parse_args()
+    if args.bound_batches:
+        return print_bounds(args)
     methods = args.methods.split(",")
     goals = []
     for tname in args.targets.split(","):

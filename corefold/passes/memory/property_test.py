@@ -22,8 +22,9 @@ TARGETS = {name: load_target(name) for name in ("gpu", "gpu-nvlink")}
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), fraction=st.floats(0.0, 1.0), target=st.sampled_from(sorted(TARGETS)),
-       reduction=st.sampled_from(["swap", "swap", "compress", "both", "auto"]), nodes=st.integers(8, 40))
-def test_budget_plans_on_random_dags(seed, fraction, target, reduction, nodes):
+       reduction=st.sampled_from(["swap", "swap", "compress", "both", "auto"]), nodes=st.integers(8, 40),
+       timing=st.sampled_from(["best", "retime", "relax"]))
+def test_budget_plans_on_random_dags(seed, fraction, target, reduction, nodes, timing):
     g = random_dag(seed, nodes=nodes)
     t = TARGETS[target]
     feeds = random_inputs(g, seed)
@@ -32,7 +33,7 @@ def test_budget_plans_on_random_dags(seed, fraction, target, reduction, nodes):
     floor, _ = floor_bytes(m.program)
     budget = int(floor + fraction * (m.step_peak - floor))
     try:
-        res = plan_memory(g, t, MemorySettings(budget_bytes=budget, reduction=reduction))
+        res = plan_memory(g, t, MemorySettings(budget_bytes=budget, reduction=reduction, timing=timing))
     except PlanError:
         return  # the plan says it does not fit: nothing to check
     g = res.graph

@@ -34,6 +34,11 @@ class MemorySettings:
             round evaluates.
         link_weight: budget mode: a second of host-link time costs this many seconds in
             a choice's score (keeps the link free for later choices).
+        timing: budget mode, once the tensors are chosen: ``retime`` list-schedules the
+            copies on the two links (each as early as the link and the budget allow,
+            :meth:`~corefold.passes.memory.planner.BudgetPlanner.retime`); ``relax`` keeps
+            the greedy's bookings and only spends the headroom left on them; ``best``
+            simulates both and keeps the faster.
     """
 
     mode: Literal["budget", "thresholds"] = "budget"
@@ -47,6 +52,7 @@ class MemorySettings:
     serialize_restores: bool = False
     candidates: int = 32
     link_weight: float = 0.05
+    timing: Literal["best", "retime", "relax"] = "best"
 
     # NOTE: the seed names thTTS, thS and N but gives no values; ``seed`` uses ours with
     # the seed's literal timing (unbounded parallelism) and its restore serialization.
