@@ -4,10 +4,11 @@ For each model, ``corefold compile``'s front half runs once: import, operator sp
 (``SplitPass``), cut at the seed's target nodes, compile every piece with
 ``corefold.backend.lower`` and split the failing ones until all compile
 (``corefold.passes.serial.partition.prepare``). Then each fusion strategy (``a`` attribute
-groups, ``b`` pairs, ``c`` forward greedy, ``d`` bidirectional, ``optimal`` the minimum
-number of executables, by ``backend.fits`` checks) fuses that same split chain on a
-compile cache seeded with the split phase's compiles, exactly as
-``corefold.passes.serial.compare_strategies`` does; its chain is linked (DRAM between
+groups, ``b`` pairs, ``c`` forward greedy, ``d`` bidirectional) fuses that same split
+chain on a compile cache seeded with the split phase's compiles, and ``optimal`` (the
+minimum number of executables: the greedy cover over every position of the order, each
+step found with ``backend.fits`` and confirmed by a compile) runs on its own, without the
+split phase, exactly as ``corefold.passes.serial.compare_strategies`` does; each chain is linked (DRAM between
 executables, host at the model's boundary) and simulated with ``corefold.sim.simulate_chain``
 on seeded random inputs. Per strategy it prints:
 
@@ -15,9 +16,11 @@ on seeded random inputs. Per strategy it prints:
   position of the order); ``/chn``: over the fewest any fusion of the split chain can
   reach (the DP over the chain's cut points: the fusion strategies' own optimum, so the
   gap between ``/chn`` and ``/min`` is what the split phase's cut positions cost);
-* ``calls``: full compiles (``backend.lower``), the split phase's included; ``/opt``: over
+* ``calls``: full compiles (``backend.lower``), the split phase's included (``optimal`` has
+  none: it runs as ``--fusion optimal`` does, without the split phase); ``/opt``: over
   the optimal strategy's; ``fits``: fast feasibility checks (``backend.fits``);
-* ``wall s``: the split phase's wall time (shared) plus the strategy's own fusion;
+* ``wall s``: the split phase's wall time (shared) plus the strategy's own fusion (for
+  ``optimal``, its own cover only);
 * ``DRAM KiB`` and ``host KiB``: bytes the executables read and write at their boundaries,
   by where they live;
 * ``lat us``: simulated latency of the chain, and ``/opt`` over the optimal chain's.
@@ -71,7 +74,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 STRATEGIES = ("a", "b", "c", "d", "optimal")
-DEFAULT = "d"
+DEFAULT = "optimal"  # SerialSettings().fusion, checked in main()
 LIGHT = ("squeezenet", "inception_v1", "inception_v2", "shufflenet", "densenet121", "resnet50", "bvlc_alexnet",
          "zfnet512", "vgg19")
 TORCHVISION = ("resnet18", "resnet50", "vit_b_16")
@@ -205,7 +208,7 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     from corefold.frontend.onnx import load_model
     from corefold.passes.serial import SerialSettings
     from corefold.passes.serial.compilers import CompileService
-    from corefold.passes.serial.partition import fuse_prepared, prepare
+    from corefold.passes.serial.partition import fuse_prepared, optimal_directly, prepare
     from corefold.passes.split import SplitPass
     from corefold.pipeline import CompileContext, Pipeline
     from corefold.sim import simulate_chain
@@ -229,12 +232,16 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     rows = {}
     for s in STRATEGIES:
         t1 = time.perf_counter()
-        res = fuse_prepared(prep, settings, make, strategy=s, reference=(s == "optimal"))
+        if s == "optimal":  # as `--fusion optimal` runs: no split phase, its own compiles only
+            res = optimal_directly(graph, settings, make)
+        else:
+            res = fuse_prepared(prep, settings, make, strategy=s, reference=(s == "d"))
         fuse_s = time.perf_counter() - t1
         exes = link(list(res.outcomes), graph)
         dram, host = boundary_bytes(exes)
         row = {"strategy": s, "executables": len(res.pieces), "compile_calls": res.compile_calls,
-               "fits_calls": res.fits_calls, "wall_s": split_s + fuse_s, "fuse_s": fuse_s, "dram_bytes": dram,
+               "fits_calls": res.fits_calls, "wall_s": fuse_s if s == "optimal" else split_s + fuse_s,
+               "fuse_s": fuse_s, "dram_bytes": dram,
                "host_bytes": host, "latency_s": None, "minimum_executables": res.minimum_executables,
                "chain_minimum_executables": res.chain_minimum_executables}
         if simulate:
@@ -244,8 +251,8 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
         rows[s] = row
         log(f"  {s:<8} {row['executables']} executables, {row['compile_calls']} compiles, {row['fits_calls']} fits, "
             f"fused in {fuse_s:.1f} s" + (f", simulated in {row['sim_s']:.1f} s" if simulate else ""))
-    minimum = rows["optimal"]["minimum_executables"]
-    chain_minimum = rows["optimal"]["chain_minimum_executables"]
+    minimum = rows["d"]["minimum_executables"]
+    chain_minimum = rows["d"]["chain_minimum_executables"]
     for row in rows.values():
         row["minimum_executables"] = minimum
         row["chain_minimum_executables"] = chain_minimum
@@ -365,6 +372,9 @@ def goals(results: dict[str, dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
+    from corefold.passes.serial import SerialSettings
+
+    assert SerialSettings().fusion == DEFAULT, "bench/compile.py: DEFAULT must be corefold's default strategy"
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", help="comma-separated subset of: " + ", ".join(all_models()))
     p.add_argument("--quick", action="store_true", help="only " + ", ".join(QUICK))
@@ -426,8 +436,8 @@ def main(argv=None) -> int:
     for name, result in results.items():
         print_model(name, result)
     print("\ncolumns: /min = executables over the optimal reference's minimum; /chn = over the split chain's minimum (fusion alone); calls = full compiles (split phase "
-          "included); /opt = over the optimal strategy's; fits = fast feasibility checks; wall s = split phase + the "
-          "strategy's fusion; DRAM/host KiB = bytes read and written at the executables' boundaries; lat us = "
+          "included, optimal has none); /opt = over the optimal strategy's; fits = fast feasibility checks; wall s = "
+          "split phase + the strategy's fusion (optimal: its own cover); DRAM/host KiB = bytes read and written at the executables' boundaries; lat us = "
           "simulated latency of the chain")
     for line in goals(results):
         print(line)

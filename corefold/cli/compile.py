@@ -36,11 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bits", type=int, default=8, choices=(4, 8, 16), help="quantization bits with --calib (default 8)")
     p.add_argument("--fusion", choices=("a", "b", "c", "d", "optimal", "none"), default=None,
                    help="M1 fusion strategy: a attribute groups, b pairs, c forward greedy, d bidirectional, optimal "
-                        "the minimum number of executables (default: the preset's, d)")
+                        "the minimum number of executables (default: the preset's, optimal)")
     p.add_argument("--preset", choices=("fast", "default", "strong", "seed"), default="default",
-                   help="M1 preset; default: bidirectional fusion (d); fast: forward greedy without the reference; "
-                        "strong: optimal (fewest executables) on one compile process per CPU; seed: the seed's one "
-                        "round of d (default: default)")
+                   help="M1 preset; default: the fewest executables (optimal); fast: forward greedy without the "
+                        "reference; strong: optimal on one compile process per CPU; seed: the seed's one round of "
+                        "bidirectional fusion (d) (default: default)")
     p.add_argument("--compiler-cmd", metavar="CMD",
                    help="compile each candidate subgraph with a command instead of corefold's backend, e.g. "
                         "\"vendorc {onnx} -o {out}\"; a non-zero exit is a compile failure (no simulation)")

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from corefold.errors import CompileError
 from corefold.passes.serial.chain import Attributes, Piece
 from corefold.passes.serial.compilers import CompileService
 
@@ -267,11 +268,19 @@ def compiled_cover(start: int, end: int, svc: CompileService) -> list[Piece]:
                 else:
                     hi = mid
             if lo == s:
-                raise svc.compile(Piece(s, s + 1)).error
+                raise alone(svc, s)
             e = lo
         out.append(Piece(s, e))
         s = e
     return out
+
+
+def alone(svc: CompileService, position: int) -> CompileError:
+    """The compiler's error for the operator at ``position`` on its own, naming it."""
+    e = svc.compile(Piece(position, position + 1)).error
+    node = svc.order[position]
+    return CompileError(e.resource, e.where, e.need, e.limit,
+                        f"operator '{node.name}' ({node.op_type}) alone, after operator splitting")
 
 
 def repair_cover(cover: list[Piece], chain: list[Piece], svc: CompileService) -> list[Piece]:

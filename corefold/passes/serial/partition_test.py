@@ -365,7 +365,8 @@ def test_compiled_cover_raises_the_error_of_an_operator_that_never_compiles():
 
     svc = _Fake(lambda p: not p.start <= 5 < p.end)
     svc.fits = lambda p: True
-    with pytest.raises(CompileError):
+    svc.order = [type("Node", (), {"name": f"n{i}", "op_type": "Conv"})() for i in range(9)]
+    with pytest.raises(CompileError, match=r"SRAM .*operator 'n5' \(Conv\) alone"):
         compiled_cover(0, 9, svc)
 
 
