@@ -8,7 +8,10 @@ optimisations, as a user runs it) on one calibration batch:
   :class:`~corefold.passes.quantize.params.QuantizeError` naming the cause (the CLI exits 2
   and writes nothing);
 * ONNX Runtime runs it only at level BASIC (its extended rewrites fail on the model, as
-  4-bit DQ -> MaxPool -> Q did in ONNX Runtime 1.31): a one-line warning;
+  they do on 4-bit models: DQ -> MaxPool -> Q in ONNX Runtime 1.31, ClipQuantFusion on a
+  uint4 zero point in 1.32): a one-line warning. 8-bit models load at the default level
+  (the rank >= 3 Linear bias that ONNX Runtime 1.32 refused there is written as ``[1, N]``:
+  :func:`~corefold.passes.quantize.qdq.bias_rows`);
 * an output differs from corefold's exact integer execution
   (:class:`~corefold.passes.quantize.integer.IntegerRunner`) by more than one quantization
   step: a one-line warning. ONNX Runtime fuses DequantizeLinear -> Conv/MatMul ->

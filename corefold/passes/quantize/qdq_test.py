@@ -234,3 +234,92 @@ output y
     # (measured 1.8%), and the output SQNR above 30 dB (measured 34.6 dB)
     assert np.abs(out - ref).max() <= 0.05 * np.abs(ref).max()
     assert _sqnr(ref, out) > 30
+
+
+LINEAR = """graph linear opset 21
+input x: float32[1, 4, 8]
+const w: float32[8, 6] = {w}
+const bias: float32[6] = {bias}
+node mm = MatMul(x, w) -> (m: float32[1, 4, 6])
+node addb = Add(m, bias) -> (y: float32[1, 4, 6])
+output y
+"""
+
+
+def test_linear_on_3d_activation_loads_at_onnxruntime_default_level(tmp_path):
+    """A transformer's Linear, ``MatMul([1, seq, hidden] x [hidden, N]) + bias[N]``, on a signed
+    (int8) activation. Written with the bias as ``[N]``, ONNX Runtime 1.32 refused it at its
+    default level (MatMulAddFusion's Reshape, then QDQ propagation and S8->U8: "output_dtype
+    INT8 does not match y_zero_point type UINT8"; ``bias_rows``). Now it loads there, and its
+    output is within one output step of the exact QDQ run (level BASIC) and of the integer
+    runner, on any CPU and BLAS: ORT runs the MatMul as its int8 MatMulIntegerToFloat, and 7-bit
+    weights (``weight_range=7``) keep AVX2's int16 pair sums from saturating (``ort_session``)."""
+    import onnxruntime as ort
+
+    from corefold.frontend.onnx.check import ort_session
+
+    rng = np.random.default_rng(5)
+    f = lambda a: json.dumps([round(float(v), 4) for v in a.ravel()])  # noqa: E731
+    text = LINEAR.format(w=f(rng.standard_normal((8, 6)) * 0.5), bias=f(rng.standard_normal(6)))
+    graph, ref_graph = parse(text), parse(text)
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng, 64),
+                         QuantizeSettings(quantize_outputs=True, weight_range=7), progress=False)
+    assert res.plan["x"].mode == SYMMETRIC and res.plan["x"].dtype == np.int8  # the int8 zero point S8->U8 moves
+    assert "bias" not in res.plan  # a float bias, added between the MatMul and the output's Q
+    assert graph.value("bias").shape == (1, 6)
+    model = to_onnx(graph)
+    default = ort_session(model)  # ORT_ENABLE_ALL, as a user loads it
+    so = ort.SessionOptions()
+    assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    exact = ort_session(model, qdq_exact=True)
+    runner = IntegerRunner(graph)
+    step = 1.0 / float(res.plan["y"].k)
+    refs, outs = [], []
+    for _ in range(8):
+        feeds = {"x": rng.standard_normal((1, 4, 8)).astype(np.float32)}
+        got = default.run(None, feeds)[0]
+        want = exact.run(None, feeds)[0]
+        # one output step (a rounding tie may fall either way after a reassociated float sum)
+        # plus the float32 spacing of the dequantized values
+        bound = step * 1.0001 + 4 * np.spacing(np.abs(want).max())
+        assert np.abs(got - want).max() <= bound
+        assert np.abs(runner.run(feeds)["y"] - got).max() <= bound
+        refs.append(run(ref_graph, feeds)["y"])
+        outs.append(got)
+    assert _sqnr(np.concatenate(refs), np.concatenate(outs)) > 25
+
+
+def test_bias_rows_keeps_a_shared_bias_and_2d_linears():
+    """bias_rows: a bias read elsewhere too gets a new [1, N] constant for the Linear only; a
+    rank-2 activation's Linear keeps its [N] bias (MatMulAddFusion adds no Reshape there)."""
+    from corefold.passes.quantize.qdq import bias_rows
+
+    text = """graph b opset 21
+input x: float32[1, 4, 3]
+input z: float32[2, 3]
+const sx: float32[] = [0.1]
+const zx: int8[] = [0]
+const w: float32[3, 3] = [1, 0, 0, 0, 1, 0, 0, 0, 1]
+const bias: float32[3] = [1.0, 2.0, 3.0]
+node q = QuantizeLinear(x, sx, zx) -> (xq: int8[1, 4, 3])
+node dq = DequantizeLinear(xq, sx, zx) -> (xd: float32[1, 4, 3])
+node mm = MatMul(xd, w) -> (m: float32[1, 4, 3])
+node add = Add(bias, m) -> (y: float32[1, 4, 3])
+node qz = QuantizeLinear(z, sx, zx) -> (zq: int8[2, 3])
+node dqz = DequantizeLinear(zq, sx, zx) -> (zd: float32[2, 3])
+node mm2 = MatMul(zd, w) -> (m2: float32[2, 3])
+node add2 = Add(m2, bias) -> (y2: float32[2, 3])
+output y
+output y2
+"""
+    graph = parse(text)
+    feeds = {"x": np.arange(12, dtype=np.float32).reshape(1, 4, 3) / 10,
+             "z": np.ones((2, 3), np.float32)}
+    before = run(parse(text), feeds)
+    assert bias_rows(graph) == 1
+    add, add2 = graph.node("add"), graph.node("add2")
+    assert add.inputs[0].shape == (1, 3) and add.inputs[0].name != "bias"
+    assert add2.inputs[1].name == "bias" and add2.inputs[1].shape == (3,)
+    after = run(graph, feeds)
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k])
