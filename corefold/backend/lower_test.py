@@ -216,3 +216,40 @@ def test_fragmented_sram_spills_more_instead_of_failing(tmp_path):
     assert exe.meta["spills"] > 0
     feeds = random_inputs(sub, 0)
     assert max_relative_error(run(sub, feeds), run_executable(exe, feeds)) <= 1e-5
+
+
+def test_a_float_gemm_reading_a_dequantized_weight_is_cut_like_a_float_one():
+    """A QDQ model whose Gemm output stays float (no QuantizeLinear after it, as when a
+    signed activation follows) keeps ``DequantizeLinear(weight)`` in front of the Gemm: a
+    weight bigger than a core must still be cut. The dequantized weight is folded into a
+    float constant, the Gemm splits along it, and the executable computes what the integer
+    runner does (MobileNetV3's classifier in int8 failed with "SRAM of every core")."""
+    from corefold.passes.quantize.integer import IntegerRunner
+
+    rng = np.random.default_rng(3)
+    g = Graph("dq_gemm")
+    x = g.add_input("x", (1, 256), "float32")
+
+    def node(op, ins, shape, dtype, attrs=None, name=None):
+        n = g.make_node(op, ins, attrs or {}, name=name)
+        n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype(dtype)
+        return n.outputs[0]
+
+    s_x = g.add_constant("s_x", np.float32(0.02))
+    z_x = g.add_constant("z_x", np.int8(0))
+    xq = node("QuantizeLinear", [x, s_x, z_x], (1, 256), "int8", name="q_x")
+    xd = node("DequantizeLinear", [xq, s_x, z_x], (1, 256), "float32", name="dq_x")
+    wq = g.add_constant("w_q", rng.integers(-127, 128, (512, 256)).astype(np.int8))
+    s_w = g.add_constant("s_w", (0.001 + 0.001 * rng.random(512)).astype(np.float32))
+    z_w = g.add_constant("z_w", np.zeros(512, np.int8))
+    wd = node("DequantizeLinear", [wq, s_w, z_w], (512, 256), "float32", {"axis": 0}, name="dq_w")
+    b = g.add_constant("b", (0.1 * rng.standard_normal(512)).astype(np.float32))
+    y = node("Gemm", [xd, wd, b], (1, 512), "float32", {"transB": 1}, name="gemm")
+    g.outputs = [node("Tanh", [y], (1, 512), "float32", name="tanh")]
+    target = small_target(sram_kib=256, reserved_kib=4)  # the float weight alone is 512 KiB
+    exe = lower(g, target)
+    check_executable(exe, target)
+    feeds = random_inputs(g, 1)
+    want = IntegerRunner(g).run(feeds)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5

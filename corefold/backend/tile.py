@@ -9,6 +9,8 @@
    cut here, along the split pass's axes (``choose_split``) but never over a reduced
    dimension, slicing per-channel scales with their weights; a pattern that could only be
    cut over a reduced dimension is left in float QDQ form.
+   :func:`fold_dequantized_weights` then turns the DequantizeLinear of every weight that
+   an operator left in float reads into a float constant.
 3. :func:`corefold.passes.split.split_graph` cuts every other operator (M3 §7).
 
 Complexity: O(V + E) for the copy and the fusion, plus the split pass's O(V * pieces).
@@ -152,6 +154,35 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
         _cut_fused(graph, n, threshold)
     graph.sort()
     return fused
+
+
+def fold_dequantized_weights(graph: Graph) -> int:
+    """Replace every DequantizeLinear left after :func:`fuse_integer` whose inputs are all
+    constants (the weights of an operator that stays float, e.g. a Gemm whose output is
+    not quantized) by the float constant it computes, so that the split pass can cut that
+    operator along its weights like any float one; return how many. Without it the
+    dequantized weight is one activation the size of the whole float weight, made by one
+    task, which no split can cut. O(weights' elements).
+    """
+    from corefold import ops
+
+    kernel = ops.get("DequantizeLinear").kernel
+    outputs = set(map(id, graph.outputs))
+    folded = 0
+    for n in list(graph.nodes):
+        if n.op_type != "DequantizeLinear" or n.domain or id(n.outputs[0]) in outputs:
+            continue
+        if not all(v is None or v.is_constant for v in n.inputs):
+            continue
+        out = n.outputs[0]
+        array = kernel(n.attrs, [None if v is None else v.const for v in n.inputs])[0]
+        c = graph.add_constant(out.name + "_folded", np.asarray(array, dtype=out.dtype))
+        graph.replace_all_uses(out, c)
+        graph.remove_node(n)
+        folded += 1
+    if folded:
+        _remove_dead(graph)
+    return folded
 
 
 def _remove_dead(graph: Graph) -> None:
@@ -310,6 +341,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
         threshold = target.core_memory_threshold
     if is_quantized(g):
         fuse_integer(g, threshold)
+        fold_dequantized_weights(g)
     cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
     g.sort()
     if pieces_per_core > 0:
