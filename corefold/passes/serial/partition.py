@@ -13,6 +13,10 @@
 4. **Fuse** the compiled chain with one of the strategies of
    :mod:`~corefold.passes.serial.fusion`, and measure the optimal reference beside it.
 
+The ``optimal`` strategy (the default) skips steps 1-4 when a fast feasibility check is
+given: its greedy cover over every position of the order, each step confirmed by a
+compile, is the fewest executables whatever the split chain (:func:`optimal_directly`).
+
 Cost: O(V + E) for the cuts and attributes; each split examines O(piece length) cuts;
 compile calls dominate and are counted.
 """
@@ -55,8 +59,9 @@ class SerialSettings:
             agreeing with the backend (no range it admitted failed to compile on
             bench/compile.py's models), it compiles each executable about once and skips
             the split phase, so it is both the fewest executables and the fewest compiles
-            (ResNet-50 on npu-2x2: 67 executables in 67 compiles, 339 s, against ``d``'s 95
-            in 478; docs/compile.md). ``d`` (the seed's) stays available.
+            (ResNet-50 on npu-2x2: 67 executables in 67 compiles and 355 s, against
+            ``d``'s 95 in 478 compiles and 617 s; docs/compile.md). ``d`` (the seed's)
+            stays available.
         fusion_rounds: how many times the strategy is applied (0: until a round fuses
             nothing; the seed applies it once).
         split_rules: the cut rules tried in order when a piece fails: ``target`` (the
