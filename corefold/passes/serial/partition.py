@@ -13,7 +13,7 @@
 4. **Fuse** the compiled chain with one of the strategies of
    :mod:`~corefold.passes.serial.fusion`, and measure the optimal reference beside it.
 
-The ``optimal`` strategy (the default) skips steps 1-4 when a fast feasibility check is
+The ``optimal`` strategy (the default) skips steps 1-3 when a fast feasibility check is
 given: its greedy cover over every position of the order, each step confirmed by a
 compile, is the fewest executables whatever the split chain (:func:`optimal_directly`).
 
