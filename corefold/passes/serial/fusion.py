@@ -275,9 +275,11 @@ def compiled_cover(start: int, end: int, svc: CompileService) -> list[Piece]:
     return out
 
 
-def alone(svc: CompileService, position: int) -> CompileError:
-    """The compiler's error for the operator at ``position`` on its own, naming it."""
-    e = svc.compile(Piece(position, position + 1)).error
+def alone(svc: CompileService, position: int, error: CompileError | None = None) -> CompileError:
+    """The compiler's error for the operator at ``position`` on its own (``error`` if
+    already known), naming the operator: what every strategy raises when one operator
+    cannot compile even after operator splitting."""
+    e = error if error is not None else svc.compile(Piece(position, position + 1)).error
     node = svc.order[position]
     return CompileError(e.resource, e.where, e.need, e.limit,
                         f"operator '{node.name}' ({node.op_type}) alone, after operator splitting")
@@ -305,7 +307,7 @@ def repair_cover(cover: list[Piece], chain: list[Piece], svc: CompileService) ->
                 continue
             p = o.piece
             if p.end - p.start == 1:
-                raise o.error
+                raise alone(svc, p.start, o.error)
             inner = [c for c in cuts if p.start < c < p.end] or [(p.start + p.end) // 2]
             bounds = [p.start, *inner, p.end]
             parts = [Piece(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

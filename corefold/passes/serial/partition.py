@@ -36,6 +36,7 @@ from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
 from corefold.passes.serial.fusion import (
     STRATEGIES,
     GroupLimits,
+    alone,
     compiled_cover,
     fuse,
     minimum_chain,
@@ -197,10 +198,7 @@ def split_until_compiled(pieces: list[Piece], svc: CompileService, settings: Ser
             piece = out.piece
             k = _choose_cut(piece, out.error, settings.split_rules, cuts, cross, attrs) if len(piece) > 1 else None
             if k is None:
-                node = svc.order[piece.start]
-                e = out.error
-                detail = f"operator '{node.name}' ({node.op_type}) alone, after operator splitting"
-                raise CompileError(e.resource, e.where, e.need, e.limit, detail) from None
+                raise alone(svc, piece.start, out.error) from None
             replace[i] = [Piece(piece.start, k), Piece(k, piece.end)]
         chain = [q for i, p in enumerate(chain) for q in replace.get(i, [p])]
 

@@ -163,6 +163,7 @@ class _Fake:
 
     def __init__(self, ok):
         self.ok, self.calls = ok, 0
+        self.order = [type("Node", (), {"name": f"n{i}", "op_type": "Conv"})() for i in range(64)]
 
     def compile_many(self, pieces):
         from corefold.passes.serial.compilers import Outcome
@@ -317,7 +318,7 @@ def test_optimal_cover_repaired_when_fits_overestimates():
     assert got == [Piece(0, 3), Piece(3, 4), Piece(4, 6), Piece(6, 9)]
     # a single operator that never compiles is the compiler's error
     svc = _Fake(lambda p: not p.start <= 5 < p.end)
-    with pytest.raises(CompileError):
+    with pytest.raises(CompileError, match=r"operator 'n5' \(Conv\) alone"):
         repair_cover([Piece(0, 9)], chain, svc)
 
 
@@ -365,7 +366,6 @@ def test_compiled_cover_raises_the_error_of_an_operator_that_never_compiles():
 
     svc = _Fake(lambda p: not p.start <= 5 < p.end)
     svc.fits = lambda p: True
-    svc.order = [type("Node", (), {"name": f"n{i}", "op_type": "Conv"})() for i in range(9)]
     with pytest.raises(CompileError, match=r"SRAM .*operator 'n5' \(Conv\) alone"):
         compiled_cover(0, 9, svc)
 
