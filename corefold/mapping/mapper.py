@@ -191,7 +191,8 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
     # 1. coarsen
     t = time.perf_counter()
     limit = np.maximum(np.floor(caps * settings.matching_limit), 1).astype(np.int64)
-    multilevel = settings.bisection_level == "finest"
+    multilevel = settings.bisection_level == "finest" or (
+        settings.bisection_level == "auto" and topo.indices.shape[0] <= settings.finest_max_entries)
     with _bar(show, "coarsen", disable_reason=multilevel) as bar:
         levels = [finest_level(topo, loads)] if multilevel else coarsen(finest_level(topo, loads), limit, rng, settings.matching_repeats, settings.min_shrink,
                          settings.max_levels, min_vertices=2 * k,
@@ -262,7 +263,7 @@ def _map_once(topo: Topology, target, settings: MapSettings, rng: np.random.Gene
                 gain = 0.0  # the multicast refinement runs once the groups are placed (4.)
             else:
                 gain = refine(lv.indptr, lv.indices, lv.weights, lv.loads, part, fill, level_caps, dist, rng,
-                              settings.refine_passes, settings.debug)
+                              settings.refine_passes if li == 0 else settings.level_refine_passes, settings.debug)
             if settings.trace:
                 trace.append((lv.n, objectives.edge_costs(lv.indptr, lv.indices, lv.weights, part, dist), gain))
             bar.update(1)

@@ -36,11 +36,14 @@ def _check(topo, target, mapping):
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("preset", ["default", "seed"])
+@pytest.mark.parametrize("preset", ["default", "large", "seed"])
 def test_random_graphs_respect_capacities(seed, preset):
+    """``large``: the default's path for graphs over ``finest_max_entries`` (a global
+    hierarchy, bisection of its coarsest level), forced on a small graph."""
     rng = np.random.default_rng(seed)
     topo = random_graph(int(rng.integers(200, 900)), float(rng.uniform(2, 8)), seed=seed)
-    settings = FAST if preset == "default" else MapSettings.preset("seed")
+    settings = {"default": FAST, "large": replace(FAST, finest_max_entries=0),
+                "seed": MapSettings.preset("seed")}[preset]
     target = _target(4, 4, int(np.ceil(topo.num_vertices / 12)))
     _check(topo, target, map_topology(topo, target, replace(settings, debug=True), seed=seed, progress=False))
 

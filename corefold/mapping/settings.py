@@ -9,10 +9,12 @@ The spec's parameters (SPEC M4) are fields here: the matching limit of 1/15 of a
 (``min_shrink``), the 4 to 8 bisection restarts (``bisection_restarts``), the 5% of groups
 (``force_fraction``) and the maximum force-directed iterations (``force_iterations``).
 The ``seed`` preset runs them in the seed's order (a global hierarchy, then the cut, then
-placement); the default bisects the finest graph along the target region instead, so the
-global-hierarchy fields (``matching_limit``, ``matching_repeats``, ``max_levels``'s global
-use, ``coarse_slack``) do nothing there; their in-bisection counterparts are
-``bisection_coarsest`` and ``bisection_matching_repeats``.
+placement). The default bisects along the target region: graphs of up to
+``finest_max_entries`` CSR entries at the finest level, so the global-hierarchy fields
+(``matching_limit``, ``matching_repeats``, ``max_levels``'s global use, ``coarse_slack``)
+do nothing there (their in-bisection counterparts are ``bisection_coarsest`` and
+``bisection_matching_repeats``); larger graphs on the coarsest level of a global hierarchy,
+which costs O(m) where re-coarsening at every depth costs O(m log k).
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ class MapSettings:
     Attributes:
         matching_limit: a merged vertex may hold at most this fraction of a core's capacity
             (each of neurons and synapses) while coarsening the global hierarchy (seed:
-            1/15). No effect under the default preset (``bisection_level="finest"``), which
-            coarsens inside each bisection with ``bisection_coarsest`` instead.
+            1/15). No effect under the default preset on graphs of at most
+            ``finest_max_entries`` entries, which it bisects at the finest level
+            (``bisection_level="auto"``), coarsening inside each bisection with
+            ``bisection_coarsest`` instead.
         matching_repeats: randomised matching passes per level of the global hierarchy; the
-            one whose total edge weight dropped most is kept (seed: 4 to 8). No effect
-            under the default preset (``bisection_level="finest"``); see
+            one whose total edge weight dropped most is kept (seed: 4 to 8; 1 by default:
+            on cifar-cnn 4 repeats gained 1.4% traffic for 2.5x the coarsening time).
+            No effect under the default preset on graphs of at most ``finest_max_entries``
+            entries (bisected at the finest level, no global hierarchy); see
             ``bisection_matching_repeats``.
         min_shrink: coarsening stops when a level removes fewer than this fraction of the
             vertices (seed: 0.2); the global hierarchy and the one inside each bisection.
@@ -46,7 +52,12 @@ class MapSettings:
             bisection, parts are born placed) and refines hop-weighted traffic while
             uncoarsening; ``seed`` cuts first (refinement of the cut), then places the
             groups by region bisection, exactly the seed's order.
-        refine_passes: refinement passes per uncoarsening level (stops early without gain).
+        refine_passes: refinement passes on the finest level and in each round of the final
+            polish (stops early without gain).
+        level_refine_passes: refinement passes on each coarser level of the global
+            hierarchy (``bisection_level="coarsest"``); on cifar-cnn one pass per level
+            ended at the same finest-level cost as three (1.410e7 against 1.415e7) in half
+            the uncoarsening time.
         force_fraction: the share of groups with the largest net force visited per
             force-directed iteration (seed: 0.05).
         force_iterations: maximum force-directed iterations (the seed's "maximum number of
@@ -58,7 +69,14 @@ class MapSettings:
             (w^2 / (n_u n_v)), in every coarsening.
         bisection_level: ``coarsest`` bisects the coarsest graph of the global hierarchy
             (seed); ``finest`` runs every bisection multilevel on the neuron graph itself
-            (coarsen the part, grow, FM while uncoarsening), as Scotch does.
+            (coarsen the part, grow, FM while uncoarsening), as Scotch does; ``auto``
+            (default): ``finest`` up to ``finest_max_entries`` CSR entries, ``coarsest``
+            above. ``finest`` re-coarsens every part at each of the log2(k) depths, so it
+            costs O(m log k) against ``coarsest``'s O(m): on the bench's cifar-cnn (31.7M
+            entries) ``coarsest`` maps in a third of the time at about the same traffic
+            (docs/mapping.md), while on small graphs with long-range edges ``finest`` is
+            far better (small-world: +70% traffic with ``coarsest``).
+        finest_max_entries: see ``bisection_level``.
         bisection_coarsest: inside each multilevel bisection (``bisection_level="finest"``)
             a merged vertex holds at most 1/this of the part's load and coarsening stops
             near this many vertices.
@@ -130,19 +148,21 @@ class MapSettings:
     """
 
     matching_limit: float = 1.0 / 15.0
-    matching_repeats: int = 4
+    matching_repeats: int = 1
     min_shrink: float = 0.2
     max_levels: int = 40
     bisection_restarts: int = 4
     max_fill: float = 0.97
     strategy: Literal["topology", "seed"] = "topology"
     refine_passes: int = 3
+    level_refine_passes: int = 1
     force_fraction: float = 0.05
     force_iterations: int = 50
     swap_passes: int = 3
     swap_radius: int = 3
     matching_rating: Literal["weight", "expansion"] = "weight"
-    bisection_level: Literal["finest", "coarsest"] = "finest"
+    bisection_level: Literal["auto", "finest", "coarsest"] = "auto"
+    finest_max_entries: int = 10_000_000
     bisection_coarsest: int = 128
     bias_scale: float = 0.0
     top_bisection_tries: int = 1
@@ -181,11 +201,14 @@ class MapSettings:
                      force_iterations=20, anneal_steps_per_group=10_000, max_restarts=1,
                      vertex_swap_rounds=2, eject_scan=0, vertex_anneal_steps=10),
         "strong": dict(matching_repeats=8, bisection_matching_repeats=4, bisection_restarts=8, refine_passes=6,
+                       level_refine_passes=6,
                        swap_passes=6, swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
                        anneal_max_work=1e9),
         # the seed's order of phases: global coarsening (1/15, 4 repeats, 20% stop), cut,
         # then placement by region bisection and force-directed swaps only
-        "seed": dict(strategy="seed", bisection_level="coarsest", swap_passes=0, anneal_steps_per_group=0,
+        "seed": dict(strategy="seed", bisection_level="coarsest", matching_repeats=4, level_refine_passes=3,
+                     swap_passes=0,
+                     anneal_steps_per_group=0,
                      rebalance_tolerance=None),
     }
 
@@ -207,10 +230,11 @@ class MapSettings:
         for name in positive:
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} = {getattr(self, name)}: must be at least 1")
-        non_negative = ("refine_passes", "force_iterations", "swap_passes", "swap_radius", "anneal_steps_per_group",
+        non_negative = ("refine_passes", "level_refine_passes", "force_iterations", "swap_passes", "swap_radius", "anneal_steps_per_group",
                         "anneal_max_steps", "anneal_max_work", "coarse_slack", "vertex_swap_rounds",
                         "vertex_swap_min_gain", "rebalance_moves", "eject_scan", "vertex_anneal_steps",
-                        "vertex_anneal_max_steps", "restart_work", "restart_anneal_share", "threads")
+                        "vertex_anneal_max_steps", "restart_work", "restart_anneal_share", "threads",
+                        "finest_max_entries")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} = {getattr(self, name)}: must not be negative")

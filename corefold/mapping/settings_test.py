@@ -41,7 +41,7 @@ def test_help_says_which_settings_the_default_preset_ignores():
         assert f"  {f.name} (" in text
     for name in ("matching_limit", "matching_repeats"):
         entry = text.split(f"  {name} (", 1)[1].split("\n  ", 2)[1]
-        assert "No effect under the default preset" in entry
+        assert "No effect under the default preset on graphs of at most" in entry
 
 
 def test_global_matching_settings_change_nothing_under_the_default_preset():
@@ -58,3 +58,9 @@ def test_global_matching_settings_change_nothing_under_the_default_preset():
     a = map_topology(topo, target, seed, seed=2, progress=False)
     b = map_topology(topo, target, replace(seed, matching_limit=0.2), seed=2, progress=False)
     assert a.summary["levels"] != b.summary["levels"]
+    # above finest_max_entries the default builds the global hierarchy, and they count
+    big = replace(base, finest_max_entries=topo.indices.shape[0] - 1)
+    a = map_topology(topo, target, replace(big, matching_limit=0.01), seed=2, progress=False)
+    b = map_topology(topo, target, replace(big, matching_limit=0.2), seed=2, progress=False)
+    assert a.summary["levels"] != b.summary["levels"]
+    assert ref.shape == a.core_xy.shape
