@@ -73,9 +73,11 @@ class MapSettings:
             (default): ``finest`` up to ``finest_max_entries`` CSR entries, ``coarsest``
             above. ``finest`` re-coarsens every part at each of the log2(k) depths, so it
             costs O(m log k) against ``coarsest``'s O(m): on the bench's cifar-cnn (31.7M
-            entries) ``coarsest`` maps in a third of the time at about the same traffic
+            entries) ``coarsest`` maps in 0.4x the CPU time at 0.7% more traffic
             (docs/mapping.md), while on small graphs with long-range edges ``finest`` is
-            far better (small-world: +70% traffic with ``coarsest``).
+            far better (small-world: +70% traffic with ``coarsest``). On vgg-small (70.8M
+            entries) ``coarsest`` costs 9% traffic for 2.5x less time; the ``strong``
+            preset always bisects at the finest level.
         finest_max_entries: see ``bisection_level``.
         bisection_coarsest: inside each multilevel bisection (``bisection_level="finest"``)
             a merged vertex holds at most 1/this of the part's load and coarsening stops
@@ -201,7 +203,7 @@ class MapSettings:
                      force_iterations=20, anneal_steps_per_group=10_000, max_restarts=1,
                      vertex_swap_rounds=2, eject_scan=0, vertex_anneal_steps=10),
         "strong": dict(matching_repeats=8, bisection_matching_repeats=4, bisection_restarts=8, refine_passes=6,
-                       level_refine_passes=6,
+                       level_refine_passes=6, bisection_level="finest",
                        swap_passes=6, swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
                        anneal_max_work=1e9),
         # the seed's order of phases: global coarsening (1/15, 4 repeats, 20% stop), cut,
