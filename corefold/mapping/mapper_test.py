@@ -195,3 +195,23 @@ def test_multicast_objective_maps_within_capacities_and_beats_the_synapse_mappin
         if objective == "multicast":
             assert np.isclose(m.summary["traffic_estimate"], ev["traffic"])
     assert traffic["multicast"] < 0.7 * traffic["synapse"]
+
+
+def test_multicast_keeps_the_finest_level_bisection_on_large_graphs():
+    """``bisection_level="auto"`` builds the global hierarchy above ``finest_max_entries``
+    under the synapse objective only: under multicast the mapping of a graph over the
+    threshold is the finest-level one."""
+    from corefold.mapping.topology.expand import expand_graph
+    from corefold.mapping.topology.generate_cnn import stack_graph
+
+    layers = [("conv", 4, 3, 1, 1), ("pool",), ("dense", 10)]
+    topo = expand_graph(stack_graph("tiny", (2, 12, 12), layers)).topology()
+    target = _target(3, 3, 128)
+    small = replace(FAST, finest_max_entries=0)
+    synapse = map_topology(topo, target, small, seed=1, progress=False)
+    assert synapse.summary["levels"] > 1
+    runs = [map_topology(topo, target, replace(small, objective="multicast", bisection_level=level), seed=1,
+                         progress=False) for level in ("auto", "finest")]
+    assert runs[0].summary["levels"] == 1
+    np.testing.assert_array_equal(runs[0].core_xy, runs[1].core_xy)
+    _check(topo, target, runs[0])

@@ -71,7 +71,8 @@ class MapSettings:
             (seed); ``finest`` runs every bisection multilevel on the neuron graph itself
             (coarsen the part, grow, FM while uncoarsening), as Scotch does; ``auto``
             (default): ``finest`` up to ``finest_max_entries`` CSR entries, ``coarsest``
-            above. ``finest`` re-coarsens every part at each of the log2(k) depths, so it
+            above (always ``finest`` under the multicast objective, whose net-aware
+            coarsening runs inside the bisections). ``finest`` re-coarsens every part at each of the log2(k) depths, so it
             costs O(m log k) against ``coarsest``'s O(m): on the bench's cifar-cnn (31.7M
             entries) ``coarsest`` maps in 0.4x the CPU time at 0.7% more traffic
             (docs/mapping.md), while on small graphs with long-range edges ``finest`` is
