@@ -194,7 +194,27 @@ def test_multicast_objective_maps_within_capacities_and_beats_the_synapse_mappin
         assert ev["connectivity"] <= ev["traffic"]
         if objective == "multicast":
             assert np.isclose(m.summary["traffic_estimate"], ev["traffic"])
+            # the synapse objective's mapping, refined on the XY trees, was a candidate
+            assert ev["traffic"] <= m.summary["synapse_start_traffic"] + 1e-9
     assert traffic["multicast"] < 0.7 * traffic["synapse"]
+
+
+def test_multicast_keeps_the_synapse_start_where_it_is_better():
+    """When the synapse objective's mapping, refined on the XY multicast trees, has less
+    multicast traffic than the net-cut mapping, that is the mapping returned; without
+    ``multicast_synapse_start`` it is not tried."""
+    topo = conv_like_graph(800, 12)  # dense bands: destinations are the synapse neighbourhood
+    target = _target(4, 4, 60)
+    on = map_topology(topo, target, replace(FAST, objective="multicast", debug=True), seed=0, progress=False)
+    off = map_topology(topo, target, replace(FAST, objective="multicast", multicast_synapse_start=False), seed=0,
+                       progress=False)
+    _check(topo, target, on)
+    assert "synapse_start_traffic" not in off.summary
+    ev = objectives.evaluate(topo, on.core_xy, 4, 4, 4, 4, 1.0, (60, None), objective="multicast")
+    assert on.summary["start"] == "synapse"
+    assert np.isclose(on.summary["traffic_estimate"], ev["traffic"])
+    assert np.isclose(ev["traffic"], on.summary["synapse_start_traffic"])
+    assert ev["traffic"] < off.summary["traffic_estimate"]
 
 
 def test_multicast_keeps_the_finest_level_bisection_on_large_graphs():
