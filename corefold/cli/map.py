@@ -123,6 +123,21 @@ def draw_heatmap(links, path: str) -> None:
     plt.close(fig)
 
 
+def phase_lines(summary: dict) -> list[str]:
+    """The per-phase times of a mapping summary, one line per phase (out of core: one per
+    streamed level too)."""
+    lines = ["phases               " + ", ".join(f"{k} {v:.1f} s" for k, v in summary.get("time", {}).items()
+                                                 if isinstance(v, float))]
+    for i, lv in enumerate(summary.get("streamed_levels", [])):
+        lines.append(f"  level {i}: {lv['vertices']} vertices, {lv['entries']} entries: match {lv['match']:.1f} s, "
+                     f"contract {lv['contract']:.1f} s, uncoarsen {lv.get('uncoarsen', 0.0):.1f} s")
+    if "coarsest_entries" in summary:
+        inner = ", ".join(f"{k} {v:.1f} s" for k, v in summary.get("coarsest_time", {}).items() if isinstance(v, float))
+        lines.append(f"  coarsest: {summary['coarsest_vertices']} vertices, {summary['coarsest_entries']} entries "
+                     f"mapped in memory: {inner}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -162,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
             raise SettingsError("the multicast objective needs the topology in memory: --set out_of_core=never "
                                 "(or a larger --set memory_budget_gib)")
         mapping = map_archive(args.topology, target, settings, seed=args.seed, progress=progress)
+        t_eval = time.perf_counter()
         ev = evaluate_archive(args.topology, mapping.core_xy, target)
+        mapping.summary["time"]["evaluate"] = time.perf_counter() - t_eval
         with ArchiveReader(args.topology) as reader:
             sizes = reader.vertex_loads()[0]
             counts = (reader.num_vertices, int(sizes.sum()), reader.manifest["entries"] // 2)
@@ -201,4 +218,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"fill {name:<9}       min {fill[:, d].min()} mean {fill[:, d].mean():.1f} max {fill[:, d].max()} "
               f"/ {caps[d] if d == 0 or target.synapses_per_core else 'unbounded'}")
     print(f"time                 {elapsed:.2f} s")
+    for line in phase_lines(mapping.summary):
+        print(line)
     return 0

@@ -97,3 +97,32 @@ def test_map_bad_setting_is_one_line_and_writes_nothing(tmp_path, capsys):
         assert not out.exists()
     rc = main(["map", str(src), "-o", str(src), "--mesh", "2x2", "--neurons-per-core", "100", "--no-progress"])
     assert rc == 2 and "input" in capsys.readouterr().err
+
+
+def test_map_archive_out_of_core_prints_each_phase(tmp_path, capsys, monkeypatch):
+    """``corefold map`` on an archive, out of core with small chunks: every vertex on one
+    core within both capacities, and one line per phase and per streamed level."""
+    from corefold.mapping import out_of_core
+    from corefold.mapping.topology.archive import write_archive
+
+    monkeypatch.setattr(out_of_core, "CHUNK_BYTES", 2048)
+    topo = conv_like_graph(2000, 3)
+    topo.weights = np.asarray(topo.weights, np.int64)
+    src = tmp_path / "g.zip"
+    write_archive(topo, src)
+    out = tmp_path / "m.npz"
+    rc = main(["map", str(src), "-o", str(out), "--mesh", "4x4", "--neurons-per-core", "140",
+               "--synapses-per-core", "2000", "--preset", "fast", "--seed", "1", "--no-progress",
+               "--set", "out_of_core=always", "--set", "stream_coarsest_entries=3000"])
+    assert rc == 0
+    z = np.load(out)
+    xy = z["core_xy"]
+    assert xy.shape == (2000, 2) and xy.min() >= 0 and xy.max() <= 3
+    core = xy[:, 1] * 4 + xy[:, 0]
+    assert np.bincount(core).max() <= 140
+    assert np.bincount(core, weights=topo.synapses).max() <= 2000
+    assert z["violations"].tolist() == [0, 0]
+    text = capsys.readouterr().out
+    assert "out of core" in text
+    for key in ("phases", "coarsen", "coarsest", "uncoarsen", "evaluate", "level 0:", "mapped in memory"):
+        assert key in text, key

@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,8 @@ from corefold.mapping.topology.archive import (
 
 #: Bytes of vertex files per chunk read (a module constant so tests can make chunks small).
 CHUNK_BYTES = 1 << 23
-#: Measured peak memory of the in-memory mapper per edge entry (10^8 entries: 5.65 GiB).
+#: Measured peak memory of the in-memory mapper per edge entry (10^8 entries: 5.65 GiB on
+#: 2026-11-22, 6.12 GiB on 2026-11-23 onto 3x2 chips: 61 to 66 bytes).
 IN_MEMORY_BYTES_PER_ENTRY = 60
 
 
@@ -79,6 +81,23 @@ def _bar(show: bool, desc: str, total: int):
     return tqdm(total=total, desc=desc, unit="chunk", file=sys.stderr, leave=False, disable=not show)
 
 
+def _chunks(reader: ArchiveReader, starts: np.ndarray, order=None):
+    """Yield ``(first, end, chunk)`` for the chunks in ``order`` (default: in id order),
+    the next chunk read and inflated by a worker thread while the caller works on this one
+    (zlib and the Numba kernels release the GIL: on two cores, reading overlaps compute)."""
+    order = range(starts.size - 1) if order is None else order
+    spans = [(int(starts[c]), int(starts[c + 1])) for c in order]
+    if not spans:
+        return
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(reader.read_chunk, *spans[0])
+        for i, (first, end) in enumerate(spans):
+            chunk = pending.result()
+            if i + 1 < len(spans):
+                pending = pool.submit(reader.read_chunk, *spans[i + 1])
+            yield first, end, chunk
+
+
 def _rows(chunk):
     return chunk.indptr, chunk.indices.astype(np.int64, copy=False), chunk.weights.astype(np.float64, copy=False)
 
@@ -89,9 +108,7 @@ def _match_level(reader: ArchiveReader, loads: np.ndarray, limit: np.ndarray, rn
     n = reader.num_vertices
     mate = np.full(n, -1, np.int64)
     with _bar(show, "match", starts.size - 1) as bar:
-        for c in rng.permutation(starts.size - 1):
-            first, end = int(starts[c]), int(starts[c + 1])
-            ch = reader.read_chunk(first, end)
+        for first, end, ch in _chunks(reader, starts, rng.permutation(starts.size - 1)):
             ptr, idx, w = _rows(ch)
             match_rows(first, ptr, idx, w, loads, limit, mate, rng.permutation(end - first).astype(np.int64))
             bar.update(1)
@@ -127,27 +144,36 @@ def _contract_level(reader: ArchiveReader, mate: np.ndarray, coarse_of: np.ndarr
             ArchiveWriter(flagged_path, sizes, synapses, weight_encoding=m["weight_encoding"],
                           weights_dtype=m.get("weights_dtype", "int64"), directions=directions) as flagged, \
             _bar(show, f"contract level {level}", starts.size - 1) as bar:
-        nxt = reader.read_chunk(int(starts[0]), int(starts[1])) if starts.size > 1 else None
-        for c in range(starts.size - 1):
-            cur = nxt
-            nxt = reader.read_chunk(int(starts[c + 1]), int(starts[c + 2])) if c + 2 < starts.size else None
-            first, end = int(starts[c]), int(starts[c + 1])
-            wend = int(starts[c + 2]) if nxt is not None else end
-            parts = [cur] if nxt is None else [cur, nxt]
-            wptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in
-                                           zip(parts, np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]]),
-                                               strict=True)]).astype(np.int64)
-            widx = np.concatenate([p.indices.astype(np.int64, copy=False) for p in parts])
-            ww = np.concatenate([p.weights.astype(np.float64, copy=False) for p in parts])
-            vs = np.arange(first, end)
-            partners = mate[vs]
-            far = np.unique(partners[(partners > vs) & (partners >= wend)])
-            xids, xptr, xidx, xw = _far_rows(reader, far)
-            cptr, cidx, cw, flags = contract_rows(first, end, first, wptr, widx, ww, xids, xptr, xidx, xw, mate,
-                                                  coarse_of, nc)
-            coarse.write_rows(cptr, cidx, cw if not integer else np.rint(cw).astype(np.int64))
-            flagged.write_rows(cur.indptr, cur.indices, cur.weights, cur.flags | flags)
-            bar.update(1)
+        stream = _chunks(reader, starts)
+        nxt = next(stream, None)
+        with ThreadPoolExecutor(1) as out:  # the writer thread encodes and deflates the rows
+            written = []
+            while nxt is not None:
+                first, end, cur = nxt
+                nxt = next(stream, None)
+                wend = nxt[1] if nxt is not None else end
+                parts = [cur] if nxt is None else [cur, nxt[2]]
+                wptr = np.concatenate([[0]] + [p.indptr[1:] + off for p, off in
+                                               zip(parts, np.cumsum([0] + [p.indptr[-1] for p in parts[:-1]]),
+                                                   strict=True)]).astype(np.int64)
+                widx = np.concatenate([p.indices.astype(np.int64, copy=False) for p in parts])
+                ww = np.concatenate([p.weights.astype(np.float64, copy=False) for p in parts])
+                vs = np.arange(first, end)
+                partners = mate[vs]
+                far = np.unique(partners[(partners > vs) & (partners >= wend)])
+                xids, xptr, xidx, xw = _far_rows(reader, far)
+                cptr, cidx, cw, flags = contract_rows(first, end, first, wptr, widx, ww, xids, xptr, xidx, xw,
+                                                      mate, coarse_of, nc)
+                del wptr, widx, ww
+                while len(written) > 2:  # at most one chunk waiting (bounded memory); a writer's error raises here
+                    written.pop(0).result()
+                written.append(out.submit(coarse.write_rows, cptr, cidx,
+                                          cw if not integer else np.rint(cw).astype(np.int64)))
+                written.append(out.submit(flagged.write_rows, cur.indptr, cur.indices, cur.weights,
+                                          cur.flags | flags))
+                bar.update(1)
+            for f in written:
+                f.result()
         entries = coarse.entries
     return entries
 
@@ -157,9 +183,7 @@ def _project(reader: ArchiveReader, part_coarse: np.ndarray, starts: np.ndarray)
     n = reader.num_vertices
     part = np.empty(n, np.int64)
     mate = np.arange(n, dtype=np.int64)
-    for c in range(starts.size - 1):
-        first, end = int(starts[c]), int(starts[c + 1])
-        ch = reader.read_chunk(first, end)
+    for first, _, ch in _chunks(reader, starts):
         hit = np.flatnonzero(ch.flags & FLAG_MATCHED)
         if hit.size:
             rows = np.searchsorted(ch.indptr, hit, side="right") - 1
@@ -181,9 +205,7 @@ def _refine_level(reader: ArchiveReader, part: np.ndarray, fill: np.ndarray, cap
     for p in range(passes):
         gain = 0.0
         with _bar(show, f"refine level {level} pass {p + 1}", starts.size - 1) as bar:
-            for c in range(starts.size - 1):
-                first, end = int(starts[c]), int(starts[c + 1])
-                ch = reader.read_chunk(first, end)
+            for first, end, ch in _chunks(reader, starts):
                 ptr, idx, w = _rows(ch)
                 g, _ = refine_rows(first, ptr, idx, w, loads, part, fill, caps, dist,
                                    rng.permutation(end - first).astype(np.int64))
@@ -225,12 +247,14 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
         cur = Path(path)
         reader = ArchiveReader(cur)
         level = 0
+        per_level: list[dict] = []  # vertices, entries, seconds of each streamed level
         t = time.perf_counter()
         while True:
             n = reader.num_vertices
             entries = reader.manifest["entries"]
             if entries <= settings.stream_coarsest_entries or level >= settings.max_levels or n < 2:
                 break
+            tl = time.perf_counter()
             sizes, synapses = reader.vertex_loads()
             loads = np.stack([sizes, synapses], axis=1)
             starts = reader.chunk_starts(CHUNK_BYTES)
@@ -243,6 +267,7 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
             pairs, mate = best
             if pairs < settings.min_shrink * n:
                 break
+            tm = time.perf_counter() - tl
             coarse_of, nc = coarse_ids(mate)
             del loads
             nxt = tmp / f"level{level + 1}.zip"
@@ -255,13 +280,15 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
             flagged.append(mark)
             cur = nxt
             reader = ArchiveReader(cur)
+            per_level.append({"vertices": n, "entries": int(entries), "match": tm,
+                              "contract": time.perf_counter() - tl - tm})
             level += 1
         times["coarsen"] = time.perf_counter() - t
         reader.close()
 
         t = time.perf_counter()
         coarse = read_archive(cur, validate=False, progress=False)
-        coarsest_vertices = coarse.num_vertices
+        coarsest_vertices, coarsest_entries = coarse.num_vertices, int(coarse.indices.shape[0])
         inner = map_topology(coarse, target, settings, seed=int(rng.integers(2**31)), progress=show)
         cores, part = np.unique(inner.core_xy, axis=0, return_inverse=True)
         part = part.reshape(-1).astype(np.int64)
@@ -277,6 +304,7 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
 
         t = time.perf_counter()
         for li in range(len(flagged) - 1, -1, -1):
+            tl = time.perf_counter()
             with ArchiveReader(flagged[li]) as fine:
                 starts = fine.chunk_starts(CHUNK_BYTES)
                 part = _project(fine, part, starts)
@@ -285,12 +313,15 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
                 traffic -= _refine_level(fine, part, fill, caps, dist, loads, starts, rng, settings.refine_passes,
                                          settings.vertex_swap_min_gain, traffic, show, li)
             os.unlink(flagged[li])
+            per_level[li]["uncoarsen"] = time.perf_counter() - tl
         times["uncoarsen"] = time.perf_counter() - t
         if (fill > caps).any():
             raise CapacityError(f"out-of-core refinement left {int((fill > caps).any(axis=1).sum())} cores "
                                 "over capacity")
         return Mapping(cores[part].astype(np.int64), {
-            "cores_used": k, "levels": len(flagged) + 1, "coarsest_vertices": coarsest_vertices, "time": times, "traffic_estimate": traffic, "out_of_core": True,
+            "cores_used": k, "levels": len(flagged) + 1, "coarsest_vertices": coarsest_vertices,
+            "coarsest_entries": coarsest_entries, "streamed_levels": per_level, "time": times,
+            "coarsest_time": inner.summary.get("time", {}), "traffic_estimate": traffic, "out_of_core": True,
             "seconds": time.perf_counter() - t0,
         })
     finally:
@@ -311,9 +342,7 @@ def evaluate_archive(path: str | os.PathLike, core_xy: np.ndarray, target) -> di
     q = np.zeros((k, k))
     with ArchiveReader(path) as reader:
         starts = reader.chunk_starts(CHUNK_BYTES)
-        for c in range(starts.size - 1):
-            first, end = int(starts[c]), int(starts[c + 1])
-            ch = reader.read_chunk(first, end)
+        for first, _, ch in _chunks(reader, starts):
             ptr, idx, w = _rows(ch)
             quotient_rows(first, ptr, idx, w, part, q)
         sizes, synapses = reader.vertex_loads()

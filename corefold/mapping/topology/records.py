@@ -42,7 +42,7 @@ def _put(buf, pos, v):  # pragma: no cover - numba
     return pos + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def encode_rows(indptr, flags, other, size, wcode):  # pragma: no cover - numba
     """Encode rows into one byte blob; row i is ``blob[bounds[i]:bounds[i+1]]``.
 
@@ -88,7 +88,7 @@ def _get(buf, pos, end):  # pragma: no cover - numba
     return v, pos, CUT_OFF
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def decode_rows(buf, file_end):  # pragma: no cover - numba
     """Decode concatenated vertex files (file i ends at ``file_end[i]``).
 

@@ -18,6 +18,7 @@ import zlib
 from array import array
 from pathlib import Path
 
+import numba
 import numpy as np
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # 30 bytes
@@ -31,6 +32,109 @@ _SIG_EOCD64, _SIG_LOCATOR64 = 0x06064B50, 0x07064B50
 ZIP64_LIMIT = 0xFFFFFFFF
 _DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01
 _DEFLATE, _STORED = 8, 0
+
+
+_CD_OK, _CD_CUT, _CD_SIGNATURE, _CD_NO_ZIP64 = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def _u16(b, p):  # pragma: no cover - numba
+    return np.int64(b[p]) | (np.int64(b[p + 1]) << 8)
+
+
+@numba.njit(cache=True, nogil=True)
+def _u32(b, p):  # pragma: no cover - numba
+    return _u16(b, p) | (_u16(b, p + 2) << 16)
+
+
+@numba.njit(cache=True, nogil=True)
+def _u64(b, p):  # pragma: no cover - numba
+    return _u32(b, p) | (_u32(b, p + 4) << 32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_directory(cd, count, prefix):  # pragma: no cover - numba
+    """Parse ``count`` central directory entries in one pass. O(directory bytes).
+
+    Returns ``(status, bad_entry, ids, offset, csize, usize, crc, method, flag, name_at,
+    name_len)``; ``ids`` is the decimal id of names ``<prefix><id>`` (no leading zero,
+    at most 18 digits), else -1.
+    """
+    ids = np.full(count, -1, np.int64)
+    offset = np.empty(count, np.int64)
+    csize = np.empty(count, np.int64)
+    usize = np.empty(count, np.int64)
+    crc = np.empty(count, np.int64)
+    method = np.empty(count, np.int64)
+    flag = np.empty(count, np.int64)
+    name_at = np.empty(count, np.int64)
+    name_len = np.empty(count, np.int64)
+    size = cd.shape[0]
+    plen = prefix.shape[0]
+    big = np.int64(0xFFFFFFFF)
+    pos = 0
+    for i in range(count):
+        if pos + 46 > size:
+            return _CD_CUT, i, ids, offset, csize, usize, crc, method, flag, name_at, name_len
+        if _u32(cd, pos) != 0x02014B50:
+            return _CD_SIGNATURE, i, ids, offset, csize, usize, crc, method, flag, name_at, name_len
+        flag[i] = _u16(cd, pos + 8)
+        method[i] = _u16(cd, pos + 10)
+        crc[i] = _u32(cd, pos + 16)
+        cs = _u32(cd, pos + 20)
+        us = _u32(cd, pos + 24)
+        nl = _u16(cd, pos + 28)
+        el = _u16(cd, pos + 30)
+        kl = _u16(cd, pos + 32)
+        off = _u32(cd, pos + 42)
+        at = pos + 46
+        if at + nl + el + kl > size:
+            return _CD_CUT, i, ids, offset, csize, usize, crc, method, flag, name_at, name_len
+        name_at[i] = at
+        name_len[i] = nl
+        if us == big or cs == big or off == big:
+            p = at + nl
+            found = False
+            while p + 4 <= at + nl + el:
+                hid = _u16(cd, p)
+                hsize = _u16(cd, p + 2)
+                if hid == 1:
+                    q = p + 4
+                    if us == big:
+                        us = _u64(cd, q)
+                        q += 8
+                    if cs == big:
+                        cs = _u64(cd, q)
+                        q += 8
+                    if off == big:
+                        off = _u64(cd, q)
+                    found = True
+                    break
+                p += 4 + hsize
+            if not found:
+                return _CD_NO_ZIP64, i, ids, offset, csize, usize, crc, method, flag, name_at, name_len
+        offset[i] = off
+        csize[i] = cs
+        usize[i] = us
+        digits = nl - plen
+        numbered = 1 <= digits <= 18
+        for j in range(min(plen, nl)):
+            if cd[at + j] != prefix[j]:
+                numbered = False
+        if numbered and digits > 1 and cd[at + plen] == 48:
+            numbered = False
+        v = np.int64(0)
+        if numbered:
+            for j in range(plen, nl):
+                c = cd[at + j]
+                if c < 48 or c > 57:
+                    numbered = False
+                    break
+                v = v * 10 + (c - 48)
+        if numbered:
+            ids[i] = v
+        pos = at + nl + el + kl
+    return _CD_OK, -1, ids, offset, csize, usize, crc, method, flag, name_at, name_len
 
 
 class ZipFormatError(ValueError):
@@ -168,41 +272,28 @@ class ZipStoreReader:
         cd = self._f.read(cd_size)
         if len(cd) != cd_size:
             raise ZipFormatError("the central directory is cut off")
-        ids = np.empty(count, np.int64)
-        offset = np.empty(count, np.int64)
-        csize = np.empty(count, np.int64)
-        usize = np.empty(count, np.int64)
-        crc = np.empty(count, np.int64)
-        method = np.empty(count, np.int64)
-        self.others: dict[str, int] = {}
-        other_rows: list[int] = []
-        pos = 0
-        n_ids = 0
-        plen = len(prefix)
-        unpack = _CENTRAL.unpack_from
-        for i in range(count):
-            if pos + 46 > cd_size:
-                raise ZipFormatError(f"central directory entry {i} is cut off")
-            (sig, _, _, flag, meth, _, _, c, cs, us, nl, el, kl, _, _, _, off) = unpack(cd, pos)
-            if sig != _SIG_CENTRAL:
-                raise ZipFormatError(f"central directory entry {i} has a bad signature")
-            name = cd[pos + 46:pos + 46 + nl]
-            if 0xFFFFFFFF in (cs, us, off):
-                us, cs, off = self._zip64_extra(cd[pos + 46 + nl:pos + 46 + nl + el], us, cs, off, name)
-            if flag & 1:
-                raise ZipFormatError(f"member '{name.decode(errors='replace')}' is encrypted")
-            if meth not in (_DEFLATE, _STORED):
-                raise ZipFormatError(f"member '{name.decode(errors='replace')}' uses compression method {meth} "
-                                     "(only deflate and stored are read)")
-            offset[i], csize[i], usize[i], crc[i], method[i] = off, cs, us, c, meth
-            if name[:plen] == prefix and name[plen:].isdigit() and (len(name) == plen + 1 or name[plen] != 48):
-                ids[i] = int(name[plen:])
-                n_ids += 1
-            else:
-                ids[i] = -1
-                self.others[name.decode("utf-8", errors="replace")] = i
-                other_rows.append(i)
-            pos += 46 + nl + el + kl
+        status, bad, ids, offset, csize, usize, crc, method, flag, name_at, name_len = _scan_directory(
+            np.frombuffer(cd, np.uint8), count, np.frombuffer(prefix, np.uint8))
+
+        def name_of(i: int) -> str:
+            return cd[name_at[i]:name_at[i] + name_len[i]].decode("utf-8", errors="replace")
+
+        if status == _CD_CUT:
+            raise ZipFormatError(f"central directory entry {bad} is cut off")
+        if status == _CD_SIGNATURE:
+            raise ZipFormatError(f"central directory entry {bad} has a bad signature")
+        if status == _CD_NO_ZIP64:
+            raise ZipFormatError(f"member '{name_of(bad)}' lacks its Zip64 extra field")
+        if np.any(flag & 1):
+            raise ZipFormatError(f"member '{name_of(int(np.argmax(flag & 1)))}' is encrypted")
+        odd = (method != _DEFLATE) & (method != _STORED)
+        if np.any(odd):
+            i = int(np.argmax(odd))
+            raise ZipFormatError(f"member '{name_of(i)}' uses compression method {int(method[i])} "
+                                 "(only deflate and stored are read)")
+        other_rows = np.flatnonzero(ids < 0)
+        self.others: dict[str, int] = {name_of(int(i)): int(i) for i in other_rows}
+        n_ids = count - other_rows.size
         # region of each member: from its offset to the next member's (or the directory)
         order = np.argsort(offset, kind="stable")
         region_end = np.empty(count, np.int64)
@@ -216,23 +307,6 @@ class ZipStoreReader:
         top = int(ids.max()) + 1 if n_ids else 0
         self.row_of_id = np.full(top, -1, np.int64)
         self.row_of_id[ids[numbered]] = np.flatnonzero(numbered)
-
-    @staticmethod
-    def _zip64_extra(extra: bytes, us: int, cs: int, off: int, name: bytes) -> tuple[int, int, int]:
-        p = 0
-        while p + 4 <= len(extra):
-            hid, size = struct.unpack_from("<HH", extra, p)
-            if hid == 0x0001:
-                vals = list(struct.unpack_from(f"<{size // 8}Q", extra, p + 4))
-                if us == 0xFFFFFFFF:
-                    us = vals.pop(0)
-                if cs == 0xFFFFFFFF:
-                    cs = vals.pop(0)
-                if off == 0xFFFFFFFF:
-                    off = vals.pop(0)
-                return us, cs, off
-            p += 4 + size
-        raise ZipFormatError(f"member '{name.decode(errors='replace')}' lacks its Zip64 extra field")
 
     # -- members ---------------------------------------------------------------------------
     def _extract(self, row: int, block: bytes, base: int, name: str) -> bytes:
@@ -255,9 +329,37 @@ class ZipStoreReader:
             raise ZipFormatError(f"member '{name}' fails its size or CRC-32 check")
         return data
 
+    def _extract_block(self, rows: np.ndarray, block: bytes, base: int) -> list[bytes] | None:
+        """The members ``rows`` (increasing offsets) from one block starting at file offset
+        ``base``, the local headers parsed with NumPy; ``None`` when any check fails (the
+        caller then finds the culprit member by member). O(block bytes)."""
+        off = self._offset[rows] - base
+        cs = self._csize[rows]
+        if off.size == 0 or off[-1] + 30 > len(block) or not np.all(self._method[rows] == _DEFLATE):
+            return None
+        raw = np.frombuffer(block, np.uint8)
+        field = off[:, None] + np.arange(30)[None, :]
+        head = raw[field]
+        sig = head[:, 0:4].copy().view("<u4").reshape(-1)
+        lens = head[:, 26:30].copy().view("<u2").reshape(-1, 2).astype(np.int64)
+        start = off + 30 + lens[:, 0] + lens[:, 1]
+        if np.any(sig != _SIG_LOCAL) or np.any(start + cs > len(block)):
+            return None
+        view = memoryview(block)
+        decompress = zlib.decompress
+        try:
+            datas = [decompress(view[a:a + c], -15) for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
+        except zlib.error:
+            return None
+        sizes = np.fromiter(map(len, datas), np.int64, count=len(datas))
+        crcs = np.fromiter(map(zlib.crc32, datas), np.int64, count=len(datas))
+        if np.any(sizes != self._usize[rows]) or np.any(crcs != self._crc[rows]):
+            return None
+        return datas
+
     def _read_region(self, start: int, end: int) -> bytes:
-        self._f.seek(start)
-        return self._f.read(end - start)
+        # pread: no shared file position, so threads may read the same archive at once
+        return os.pread(self._f.fileno(), end - start, start)
 
     def read(self, name: str) -> bytes:
         """One member by name.
@@ -288,8 +390,12 @@ class ZipStoreReader:
         offs = self._offset[rows]
         if count > 1 and np.all(np.diff(offs) > 0):
             base = int(offs[0])
-            block = memoryview(self._read_region(base, int(self._region_end[rows[-1]])))
-            return [self._extract(int(r), block, base, f"{prefix}{first + i}") for i, r in enumerate(rows)]
+            block = self._read_region(base, int(self._region_end[rows[-1]]))
+            datas = self._extract_block(rows, block, base)
+            if datas is not None:
+                return datas
+            view = memoryview(block)  # something is wrong: find and name the member
+            return [self._extract(int(r), view, base, f"{prefix}{first + i}") for i, r in enumerate(rows)]
         return [self._extract(int(r), self._read_region(int(self._offset[r]), int(self._region_end[r])),
                               int(self._offset[r]), f"{prefix}{first + i}") for i, r in enumerate(rows)]
 

@@ -77,3 +77,31 @@ def test_damage_is_reported(tmp_path):
     (tmp_path / "c.zip").write_bytes(bytes(bad))
     with ZipStoreReader(tmp_path / "c.zip") as r, pytest.raises(ZipFormatError, match="'v/3'"):
         r.read_ids(0, 10)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    (0, b"PK\x09\x09", "central directory entry 4 has a bad signature"),
+    (8, b"\x01\x00", "member 'v/4' is encrypted"),
+    (10, b"\x0c\x00", "member 'v/4' uses compression method 12"),
+])
+def test_a_damaged_directory_entry_is_named(tmp_path, field, value, match):
+    """The directory scan names the entry (or member) whose central record is wrong."""
+    _write(tmp_path / "a.zip", _members(20))
+    data = bytearray((tmp_path / "a.zip").read_bytes())
+    entries = [i for i in range(len(data) - 3) if data[i:i + 4] == b"PK\x01\x02"]
+    at = entries[4] + field
+    data[at:at + len(value)] = value
+    (tmp_path / "b.zip").write_bytes(bytes(data))
+    with pytest.raises(ZipFormatError, match=match):
+        ZipStoreReader(tmp_path / "b.zip")
+
+
+def test_names_that_are_not_vertex_ids_stay_named_members(tmp_path):
+    """``v/007``, ``v/x`` and a 19-digit id are ordinary members, not vertices."""
+    members = {"v/0": b"a", "v/1": b"b", "v/007": b"c", "v/x": b"d", "v/" + "9" * 19: b"e", "w/2": b"f"}
+    _write(tmp_path / "a.zip", members)
+    with ZipStoreReader(tmp_path / "a.zip") as r:
+        assert r.read_ids(0, 2) == [b"a", b"b"]
+        assert r.row_of_id.shape[0] == 2
+        for name in ("v/007", "v/x", "v/" + "9" * 19):
+            assert r.read(name) == members[name]
