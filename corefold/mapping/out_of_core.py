@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -289,7 +290,12 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
         t = time.perf_counter()
         coarse = read_archive(cur, validate=False, progress=False)
         coarsest_vertices, coarsest_entries = coarse.num_vertices, int(coarse.indices.shape[0])
-        inner = map_topology(coarse, target, settings, seed=int(rng.integers(2**31)), progress=show)
+        # NOTE: the coarsest level (at most stream_coarsest_entries) is where the quality is
+        # decided and the finest-level bisection is affordable there; auto would send a level
+        # over finest_max_entries through a second global hierarchy
+        inner_settings = replace(settings, bisection_level="finest") if settings.bisection_level == "auto" \
+            else settings
+        inner = map_topology(coarse, target, inner_settings, seed=int(rng.integers(2**31)), progress=show)
         cores, part = np.unique(inner.core_xy, axis=0, return_inverse=True)
         part = part.reshape(-1).astype(np.int64)
         k = cores.shape[0]
