@@ -53,6 +53,10 @@ class QuantizeSettings:
             (False: the last ops' accumulators are dequantized to float).
         weight_rounding: ``gptq`` (error-compensating rounding on the calibration data,
             kept only where it beats nearest) or ``nearest``.
+        output_grid: with ``calibration=mse``, a graph output that no node reads takes the
+            magnitude within 3% of its MSE one that minimises the simulated output error on
+            the first ``mixed_batches`` calibration batches (:mod:`outgrid`); kept only where
+            that error drops.
     """
 
     bits: int = 8
@@ -70,6 +74,7 @@ class QuantizeSettings:
     mixed_batches: int = 4
     quantize_outputs: bool = True
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
+    output_grid: bool = True
 
     #: fast: min/max on at most 32 batches, nearest rounding; strong: default plus 16-bit
     #: raising to 40 dB; seed: the seed's literal rule (SPEC M5): min/max calibration,
