@@ -66,7 +66,7 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
     sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
     static = static_ranges(graph)
     batches = data.num_batches if settings.max_batches is None else min(settings.max_batches, data.num_batches)
-    gptq = gptq_weights(graph, sel.weights, batches) if settings.weight_rounding == "gptq" else {}
+    gptq = gptq_weights(graph, sel.weights, batches, rows_per_column=settings.gptq_rows_per_column) if settings.weight_rounding == "gptq" else {}
     stats = calibrate(graph, data, sel.activations, hessians=gptq, engine=settings.engine,
                       limit=settings.max_batches, progress=progress)
     if stats.batches == 0:
