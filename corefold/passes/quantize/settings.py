@@ -57,13 +57,11 @@ class QuantizeSettings:
             magnitude within 3% of its MSE one that minimises the simulated output error on
             the first ``mixed_batches`` calibration batches (:mod:`outgrid`); kept only where
             that error drops.
-        gptq_rows_per_column: GPTQ rounds a weight only when its Hessian sums at least this
-            many calibration rows (patches, tokens) per input column; below, ``H`` is close to
-            singular and GPTQ fits the calibration samples rather than the layer (GPT-2 with 4
-            samples of 16 tokens: 64 rows for 64 columns, 0.15 dB lower output SQNR than
-            nearest rounding on held-out samples; 2 would also drop GPTQ layers of ResNet-18
-            (its first stage at 64 px: 1.8 rows per column) and EfficientNet-B0, costing them
-            0.06 and 0.19 dB).
+        gptq_rows_per_column: GPTQ rounds a weight only when its Hessian sums more than this
+            many calibration rows (patches, tokens) per input column; at or below, ``H`` is
+            singular or nearly and GPTQ fits the calibration samples rather than the layer
+            (GPT-2 with 4 samples of 16 tokens: 64 rows for 64 columns, 0.15 dB lower output
+            SQNR than nearest rounding on held-out samples).
     """
 
     bits: int = 8
@@ -82,7 +80,7 @@ class QuantizeSettings:
     quantize_outputs: bool = True
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
     output_grid: bool = True
-    gptq_rows_per_column: float = 1.5
+    gptq_rows_per_column: float = 1.0
 
     #: fast: min/max on at most 32 batches, nearest rounding; strong: default plus 16-bit
     #: raising to 40 dB; seed: the seed's literal rule (SPEC M5): min/max calibration,
