@@ -11,8 +11,9 @@ its error for a magnitude ``m`` is exactly
 model's, both on the calibration batches. Where the output is peaked (logits ~ a Gemm bias),
 where the grid falls decides the error, and the histogram cannot see that. Candidates are
 ``candidates`` magnitudes evenly spaced in ``m * [1 - window, 1 + window]``; the current
-``m`` is the first, so a new one is kept only where it lowers ``E`` strictly (deterministic;
-the mode, unsigned iff never negative else symmetric, and the width stay). Cost: one float
+``m`` is the first, so a new one is kept only where it lowers ``E`` by at least
+:data:`MIN_DROP` of it (deterministic; the mode, unsigned iff never negative else
+symmetric, and the width stay). Cost: one float
 and one simulated run per batch, plus ``candidates`` fake quantizations of the outputs.
 """
 
@@ -26,6 +27,12 @@ from corefold.ir import Graph
 from corefold.passes.quantize.mixed import simulate
 from corefold.passes.quantize.params import QuantParams
 from corefold.passes.quantize.select import Selection
+
+#: the least relative drop of the calibration error that moves a grid: the error is measured
+#: on the few calibration batches the grid is fitted to, and smaller drops did not carry over
+#: to held-out samples (zoo, 4 samples: EfficientNet-B0 1.3% in-sample, -0.03 dB held out;
+#: ShuffleNetV2 2.7%, +0.11 dB; BERT 4.9%, DeepLabV3 4.0%)
+MIN_DROP = 0.02
 
 
 def output_groups(graph: Graph, sel: Selection, plan: dict[str, QuantParams]) -> dict[str, list[str]]:
@@ -52,10 +59,11 @@ def output_error(p: QuantParams, y_sim: list[np.ndarray], y_float: list[np.ndarr
 
 def refine_output_grids(graph: Graph, sel: Selection, plan: dict[str, QuantParams],
                         batches: list[dict[str, np.ndarray]], window: float = 0.03,
-                        candidates: int = 121) -> dict[str, dict]:
+                        candidates: int = 121, min_drop: float = MIN_DROP) -> dict[str, dict]:
     """Re-choose the magnitude of each output group in ``plan`` (changed in place) where a
-    candidate lowers the calibration error (module docstring). Returns, per changed group
-    representative, the old and new ``m`` and the errors."""
+    candidate lowers the calibration error by at least the fraction ``min_drop`` (module
+    docstring). Returns, per changed group representative, the old and new ``m`` and the
+    errors."""
     groups = output_groups(graph, sel, plan)
     if not groups or not batches:
         return {}
@@ -73,7 +81,7 @@ def refine_output_grids(graph: Graph, sel: Selection, plan: dict[str, QuantParam
         ms = [m0] + [m for m in m0 * np.linspace(1.0 - window, 1.0 + window, candidates) if m > 0 and m != m0]
         errs = [output_error(replace(p0, k=np.asarray(p0.qmax / m)), ys, yf) for m in ms]
         best = int(np.argmin(errs))
-        if best == 0 or not errs[best] < errs[0]:
+        if best == 0 or not errs[best] < (1.0 - min_drop) * errs[0]:
             continue
         p = replace(p0, k=np.asarray(p0.qmax / ms[best]), source=p0.source + " + output grid")
         for t in members:

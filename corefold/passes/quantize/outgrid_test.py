@@ -67,3 +67,21 @@ def test_output_grid_lowers_calibration_error_and_picks_the_best_candidate(tmp_p
     again = refine_output_grids(f, sel, plan, feeds)
     assert all(v["calib_error_after"] < v["calib_error_before"] for v in again.values())
     assert output_error(plan["y"], ys, yf) <= g["calib_error_after"]
+
+
+def test_output_grid_moves_only_for_a_large_enough_drop(tmp_path):
+    """A candidate must lower the calibration error by ``min_drop`` of it: the 42% drop of the
+    case above moves the grid at the default 2% and at 40%, not at 50%."""
+    f, base, feeds = _setup(tmp_path, False)
+    drop = None
+    for min_drop, moves in ((0.02, True), (0.4, True), (0.5, False)):
+        plan = dict(base.plan)
+        got = refine_output_grids(f, base.selection, plan, feeds, min_drop=min_drop)
+        assert bool(got) == moves
+        if moves:
+            g = got["y"]
+            drop = 1 - g["calib_error_after"] / g["calib_error_before"]
+            assert drop >= min_drop and magnitude(plan["y"]) == pytest.approx(g["to_m"])
+        else:
+            assert plan["y"] is base.plan["y"]
+    assert 0.4 <= drop < 0.5
