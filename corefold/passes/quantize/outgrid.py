@@ -20,6 +20,7 @@ and one simulated run per batch, plus ``candidates`` fake quantizations of the o
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Iterable
 
 import numpy as np
 
@@ -58,20 +59,24 @@ def output_error(p: QuantParams, y_sim: list[np.ndarray], y_float: list[np.ndarr
 
 
 def refine_output_grids(graph: Graph, sel: Selection, plan: dict[str, QuantParams],
-                        batches: list[dict[str, np.ndarray]], window: float = 0.03,
+                        batches: Iterable[dict[str, np.ndarray]], window: float = 0.03,
                         candidates: int = 121, min_drop: float = MIN_DROP) -> dict[str, dict]:
     """Re-choose the magnitude of each output group in ``plan`` (changed in place) where a
     candidate lowers the calibration error by at least the fraction ``min_drop`` (module
     docstring). Returns, per changed group representative, the old and new ``m`` and the
     errors."""
     groups = output_groups(graph, sel, plan)
-    if not groups or not batches:
+    if not groups:
         return {}
     names = {t for ms in groups.values() for t in ms}
     rest = {t: p for t, p in plan.items() if t not in names}
     idx = {v.name: i for i, v in enumerate(graph.outputs)}
-    sims = [simulate(graph, rest, f) for f in batches]
-    refs = [simulate(graph, {}, f) for f in batches]
+    sims, refs = [], []
+    for f in batches:  # one pass over the batches; only the outputs are kept
+        sims.append(simulate(graph, rest, f))
+        refs.append(simulate(graph, {}, f))
+    if not sims:
+        return {}
     changed = {}
     for rep, members in groups.items():
         p0 = plan[members[0]]

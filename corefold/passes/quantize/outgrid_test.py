@@ -28,12 +28,12 @@ output y
 def _setup(tmp_path, output_grid):
     rng = np.random.default_rng(3)
     w = json.dumps([round(float(v), 6) for v in (rng.standard_normal((8, 4)) * 1e-4).ravel()])
-    np.savez(tmp_path / "c.npz", x=rng.standard_normal((8, 8)).astype(np.float32))
+    np.savez(tmp_path / "c.npz", x=rng.standard_normal((4, 8)).astype(np.float32))  # 4 batches
     g = parse(TEXT.format(w=w))
     res = quantize_graph(g, load_calibration(tmp_path / "c.npz", g),
                          QuantizeSettings(weight_rounding="nearest", output_grid=output_grid), progress=False)
     f = parse(TEXT.format(w=w))
-    feeds = [{"x": x[None]} for x in np.load(tmp_path / "c.npz")["x"][:4]]
+    feeds = [{"x": x[None]} for x in np.load(tmp_path / "c.npz")["x"]]  # every calibration batch
     return f, res, feeds
 
 
@@ -48,7 +48,7 @@ def test_output_grid_lowers_calibration_error_and_picks_the_best_candidate(tmp_p
     assert g["from_m"] == pytest.approx(magnitude(base.plan["y"])) == pytest.approx(0.0311, rel=0.05)
     assert g["to_m"] == pytest.approx(magnitude(res.plan["y"]))
     assert abs(g["to_m"] / g["from_m"] - 1) <= 0.03 + 1e-12
-    assert g["calib_error_after"] < 0.7 * g["calib_error_before"]  # 6.2e-8 -> 3.6e-8
+    assert g["calib_error_after"] < 0.95 * g["calib_error_before"]  # 4.0e-8 -> 3.6e-8
     assert res.plan["y"].mode == base.plan["y"].mode == "symmetric" and res.plan["y"].bits == 8
     # the errors are the simulated model's: recompute them from scratch
     rest = {t: p for t, p in base.plan.items() if t != "y"}
@@ -70,11 +70,11 @@ def test_output_grid_lowers_calibration_error_and_picks_the_best_candidate(tmp_p
 
 
 def test_output_grid_moves_only_for_a_large_enough_drop(tmp_path):
-    """A candidate must lower the calibration error by ``min_drop`` of it: the 42% drop of the
-    case above moves the grid at the default 2% and at 40%, not at 50%."""
+    """A candidate must lower the calibration error by ``min_drop`` of it: the 9% drop of the
+    case above moves the grid at the default 2% and at 5%, not at 15%."""
     f, base, feeds = _setup(tmp_path, False)
     drop = None
-    for min_drop, moves in ((0.02, True), (0.4, True), (0.5, False)):
+    for min_drop, moves in ((0.02, True), (0.05, True), (0.15, False)):
         plan = dict(base.plan)
         got = refine_output_grids(f, base.selection, plan, feeds, min_drop=min_drop)
         assert bool(got) == moves
@@ -84,4 +84,4 @@ def test_output_grid_moves_only_for_a_large_enough_drop(tmp_path):
             assert drop >= min_drop and magnitude(plan["y"]) == pytest.approx(g["to_m"])
         else:
             assert plan["y"] is base.plan["y"]
-    assert 0.4 <= drop < 0.5
+    assert 0.05 <= drop < 0.15

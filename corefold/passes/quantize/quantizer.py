@@ -100,11 +100,13 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
     if settings.output_grid and settings.calibration == "mse":
         from corefold.passes.quantize.outgrid import refine_output_grids
 
-        feeds = list(data.batches(settings.mixed_batches))
-        grids = refine_output_grids(graph, sel, plan, feeds)
+        # every calibration batch (as calibrate): fitted on a few, the grid followed those
+        # (digits CNN, 4 of 64 images: 1.4 dB lower on held-out images than no refit)
+        grids = refine_output_grids(graph, sel, plan, data.batches(settings.max_batches))
         if grids and mixed is not None:  # the reported SQNR is the final plan's
             from corefold.passes.quantize.mixed import simulate, sqnr_db
 
+            feeds = list(data.batches(settings.mixed_batches))
             mixed["final_sqnr_db"] = sqnr_db([y for f in feeds for y in simulate(graph, {}, f)],
                                              [y for f in feeds for y in simulate(graph, plan, f)])
     report = plan_to_json(plan, sel)

@@ -55,8 +55,8 @@ class QuantizeSettings:
             kept only where it beats nearest) or ``nearest``.
         output_grid: with ``calibration=mse``, a graph output that no node reads takes the
             magnitude within 3% of its MSE one that minimises the simulated output error on
-            the first ``mixed_batches`` calibration batches (:mod:`outgrid`); kept only where
-            that error drops.
+            the calibration batches (:mod:`outgrid`); kept only where that error drops by at
+            least 2%.
         gptq_rows_per_column: GPTQ rounds a weight only when its Hessian sums more than this
             many calibration rows (patches, tokens) per input column; at or below, ``H`` is
             singular or nearly and GPTQ fits the calibration samples rather than the layer
