@@ -13,8 +13,8 @@ under :class:`corefold.pipeline.Pipeline`, which calls :func:`quantize_graph`:
 5. ``rounding``  -- the weights' integers (GPTQ or nearest);
 6. ``mixed``     -- with a target SQNR, the widths of the most sensitive tensors are raised
    (asking stages 4-5 for the plan of each candidate assignment);
-   ``outgrid`` -- the graph outputs' magnitudes, re-chosen where a finer candidate lowers
-   the simulated output error on the calibration batches;
+   ``outgrid`` -- the graph outputs' magnitudes, re-chosen where a candidate within 3% lowers
+   the simulated output error on the calibration batches by at least 2%;
 7. ``qdq``       -- QuantizeLinear/DequantizeLinear insertion and the JSON report.
 
 ``integer`` runs the resulting QDQ graph on integers; ``check`` runs it in ONNX Runtime.
