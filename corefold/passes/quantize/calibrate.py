@@ -262,14 +262,16 @@ def patches(node: Node, x: np.ndarray) -> np.ndarray | None:
 
 
 def gptq_weights(graph: Graph, weights: dict[str, int | None], batches: int | None = None,
-                 max_columns: int = 2048) -> dict[str, Node]:
+                 max_columns: int = 2048, rows_per_column: float = 1.0) -> dict[str, Node]:
     """The weights GPTQ can round: weight name -> the Conv (group 1) / MatMul / Gemm reading
     it, when it is that op's only reader and has at most ``max_columns`` inputs per output.
 
     With ``batches`` (the calibration batches to come), a weight whose Hessian would sum
-    fewer patch rows than it has columns is left out: ``H`` is then singular and GPTQ fits
+    ``rows_per_column`` patch rows per column or fewer is left out: ``H`` is then singular or
+    nearly (and a LayerNorm's outputs span one dimension less than their width), so GPTQ fits
     the calibration samples rather than the layer (measured on the zoo at 64 px with 4
-    samples: lower SQNR than nearest rounding on held-out samples), and it saves the work."""
+    samples, and on GPT-2's 64 tokens for 64 columns: lower SQNR than nearest rounding on
+    held-out samples), and it saves the work."""
     out: dict[str, Node] = {}
     for node in graph.nodes:
         if node.op_type not in ("Conv", "MatMul", "Gemm") or len(node.inputs) < 2:
@@ -289,7 +291,7 @@ def gptq_weights(graph: Graph, weights: dict[str, int | None], batches: int | No
             k = int(w.const.shape[0])
         if k > max_columns:
             continue
-        if batches is not None and _patch_rows(node) * batches < k:
+        if batches is not None and _patch_rows(node) * batches <= rows_per_column * k:
             continue
         out[w.name] = node
     return out

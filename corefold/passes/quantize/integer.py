@@ -14,10 +14,11 @@ is computed from the integers, as an integer-only chip does:
 * data movement and max (Reshape, Transpose, MaxPool, Concat, Relu, Pad, ...): applied to
   the integers, rescaled only when the input and output scales differ.
 
-Any other op (Softmax, LayerNormalization, Erf, ...) runs in float between its DQ and Q, as
-ONNX Runtime does for ops without an integer kernel. The reference semantics are the float
-QDQ graph; an integer result differs from it only by rounding, so corefold and ONNX Runtime
-agree within one quantization step per element. O(sum of op costs).
+Any other op (Softmax, LayerNormalization, Erf, ...), and an elementwise or layout op reading
+a per-axis dequantized constant (position embeddings, an embedding table), runs in float
+between its DQ and Q, as ONNX Runtime does for ops without an integer kernel. The reference
+semantics are the float QDQ graph; an integer result differs from it only by rounding, so
+corefold and ONNX Runtime agree within one quantization step per element. O(sum of op costs).
 """
 
 from __future__ import annotations
@@ -105,6 +106,12 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: 
     return np.clip(y + zp, lo, hi).astype(dtype)
 
 
+def _per_axis(dq: Node) -> bool:
+    """Whether a DequantizeLinear has a per-axis scale (more than one value)."""
+    scale = dq.inputs[1]
+    return scale is not None and scale.const is not None and np.size(scale.const) > 1
+
+
 class IntegerRunner(Interpreter):
     """Runs a QDQ graph with integer kernels where the pattern allows (module docstring):
     the one interpreter, computing the planned QuantizeLinear nodes from integers and
@@ -131,6 +138,8 @@ class IntegerRunner(Interpreter):
                 continue
             floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
             if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
+                if kind != "linear" and any(_per_axis(v.producer) for v in floats):
+                    continue  # a per-axis constant (position embeddings, a table): float, as ONNX Runtime
                 if kind == "layout" and not ops.get(src.op_type).quant.ties_inputs and src.op_type != "Relu" \
                         and len(floats) != 1:
                     continue

@@ -21,6 +21,7 @@ import numpy as np
 from corefold.executor import Interpreter
 from corefold.ir import Graph
 from corefold.passes.quantize.params import SUPPORTED_BITS, QuantParams
+from corefold.passes.quantize.select import param_inputs
 
 _CONST_CACHE: dict[tuple, np.ndarray] = {}
 
@@ -44,17 +45,42 @@ def _fake_constant(name: str, p: QuantParams, const: np.ndarray) -> np.ndarray:
 class FakeQuantRunner(Interpreter):
     """The one interpreter, replacing every planned value by ``dequantize(quantize(x))``
     as it is produced (inputs, constants and node outputs). ``plan`` may change between
-    runs; the graph's order and liveness are computed once."""
+    runs; the graph's order and liveness are computed once.
+
+    A node's parameter inputs (shapes, scales, indices: :func:`select.param_inputs`) read
+    the float value even when the value is planned for another reader, as in the QDQ model
+    (:mod:`qdq` quantizes a value only on the edges into its quantized readers)."""
 
     def __init__(self, graph: Graph, plan: dict[str, QuantParams] | None = None):
         super().__init__(graph)
         self.plan = plan or {}
+        #: node -> its parameter input positions; the values read there
+        self.param_slots = {n: ps for n in self.order if (ps := param_inputs(n))}
+        self.param_values = {n.inputs[i] for n, ps in self.param_slots.items() for i in ps
+                             if i < len(n.inputs) and n.inputs[i] is not None}
+        self.floats: dict = {}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.floats = {}
+        try:
+            return super().run(feeds)
+        finally:
+            self.floats = {}
 
     def on_value(self, value, array: np.ndarray) -> np.ndarray:
         p = self.plan.get(value.name)
         if p is None:
             return array
+        if value in self.param_values:
+            self.floats[value] = array
         return _fake_constant(value.name, p, array) if value.is_constant else p.fake_quantize(array)
+
+    def fetch_args(self, node) -> list[np.ndarray | None]:
+        args = super().fetch_args(node)
+        for i in self.param_slots.get(node, ()):
+            if i < len(args) and node.inputs[i] in self.floats:
+                args[i] = self.floats[node.inputs[i]]
+        return args
 
 
 _RUNNERS: dict[int, tuple[Graph, FakeQuantRunner]] = {}

@@ -45,3 +45,33 @@ def test_mixed_precision_reaches_target_and_reports_cost(tmp_path):
     got = sqnr_db([y for d in xs for y in simulate(f, {}, d)], [y for d in xs for y in simulate(f, res.plan, d)])
     assert got == pytest.approx(m["final_sqnr_db"], abs=1e-6)
     assert all(p.bits == 4 for t, p in base.plan.items() if p.bits != 32)
+
+
+RESIZE_SHARED = """graph rs opset 21
+input x: float32[1, 2, 4, 4]
+const sc: float32[4] = [1.0, 1.0, 2.0, 1.0]
+node up = Resize(x, _, sc) attrs {"mode": "nearest"} -> (u: float32[1, 2, 8, 4])
+node scale = Mul(u, sc) -> (y: float32[1, 2, 8, 4])
+output y
+"""
+
+
+def test_simulate_reads_parameter_inputs_float():
+    """``sc`` is both a Resize's scales and a Mul's operand: planned, the Mul reads it
+    fake-quantized while the Resize reads the float scales (as the QDQ model does), so the
+    output keeps its shape and equals the hand computation. Reading the quantized scales
+    (0.996 for 1.0) would make an empty resize and fail."""
+    from corefold.passes.quantize.params import params_for_range
+
+    x = np.random.default_rng(2).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    g = parse(RESIZE_SHARED)
+    plan = {"sc": params_for_range(0.0, 2.0, 8, magnitude=2.0), "x": params_for_range(-3.0, 3.0, 8),
+            "u": params_for_range(-3.0, 3.0, 8), "y": params_for_range(-6.0, 6.0, 8)}
+    assert not np.array_equal(plan["sc"].fake_quantize(np.float32([1.0])), np.float32([1.0]))
+    got = simulate(g, plan, {"x": x})[0]
+    u = np.repeat(plan["x"].fake_quantize(x), 2, axis=2)  # nearest, scales [1, 1, 2, 1]
+    want = plan["y"].fake_quantize(plan["u"].fake_quantize(u) * plan["sc"].fake_quantize(np.float32([1, 1, 2, 1])))
+    assert got.shape == (1, 2, 8, 4)
+    np.testing.assert_array_equal(got, want)
+    # the float run (empty plan) is the plain graph
+    np.testing.assert_array_equal(simulate(g, {}, {"x": x})[0], np.repeat(x, 2, axis=2) * np.float32([1, 1, 2, 1]))

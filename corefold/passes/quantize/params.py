@@ -191,6 +191,31 @@ def weight_params(w: np.ndarray, bits: int, *, axis: int | None = None, allow_un
     return QuantParams(mode, bits, scale_factor(m, mode, narrow or bits), axis, lo, hi, "weights", None, narrow)
 
 
+def slice_axis(w: np.ndarray) -> int | None:
+    """The axis along which per-slice scales round constant ``w`` with the least expected
+    error, or None (one scale) when no axis beats it.
+
+    With ``m_s`` the largest ``|w|`` of slice ``s`` (``n_s`` elements), nearest rounding to
+    steps ``m_s / qmax`` has expected squared error ``sum_s n_s m_s^2 / (12 qmax^2)``; the axis
+    minimising ``sum_s n_s m_s^2`` wins (the width cancels). For a constant an elementwise op
+    reads (an Add's position embeddings) or a Gather's table, where no operator fixes the
+    channel axis. Ties keep the first axis; one scale is kept unless an axis is strictly
+    better. O(ndim * size).
+    """
+    a = np.abs(np.asarray(w, dtype=np.float64))
+    if a.ndim < 2 or a.size == 0:
+        return None
+    best, err = None, a.size * float(a.max()) ** 2
+    for ax in range(a.ndim):
+        if a.shape[ax] < 2:
+            continue
+        m = np.moveaxis(a, ax, 0).reshape(a.shape[ax], -1).max(axis=1)
+        e = float(np.sum(m * m)) * (a.size // a.shape[ax])
+        if e < err * (1.0 - 1e-9):
+            best, err = ax, e
+    return best
+
+
 # -- activation magnitudes from the calibration statistics ---------------------------------------
 def histogram_percentile(h: "RunningHistogram", q: float) -> float:
     """The value below which ``q`` percent of ``|x|`` lies (upper edge of its bin)."""

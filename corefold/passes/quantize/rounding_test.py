@@ -41,3 +41,21 @@ output y
                      for m in range(3)])
     np.testing.assert_allclose((p @ w.reshape(3, -1).T).T, want, atol=1e-9)
     assert gptq_weights(g, {"w": 0}) == {"w": node}
+
+
+def test_gptq_needs_enough_rows_per_column():
+    """A MatMul weight with K = 8 columns read by 4 rows per batch: its Hessian sums 4 * batches
+    rows, and GPTQ rounds it only with more than ``rows_per_column * K`` of them (8 rows for 8
+    columns: ``H`` is singular or nearly, left out)."""
+    g = parse("""graph m opset 21
+input x: float32[1, 4, 8]
+const w: float32[8, 6] = fill(0.5)
+node mm = MatMul(x, w) -> (y: float32[1, 4, 6])
+output y
+""")
+    node = g.nodes[0]
+    assert gptq_weights(g, {"w": 1}, batches=2) == {}  # 8 rows, 8 columns
+    assert gptq_weights(g, {"w": 1}, batches=3) == {"w": node}  # 12 rows
+    assert gptq_weights(g, {"w": 1}, batches=3, rows_per_column=1.5) == {}
+    assert gptq_weights(g, {"w": 1}, batches=4, rows_per_column=1.5) == {"w": node}
+    assert gptq_weights(g, {"w": 1}) == {"w": node}  # batches unknown: no rule

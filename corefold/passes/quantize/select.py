@@ -22,7 +22,7 @@ import numpy as np
 
 from corefold import ops
 from corefold.ir import Graph, Node, Value
-from corefold.passes.quantize.params import QuantizeError
+from corefold.passes.quantize.params import QuantizeError, slice_axis
 
 
 def quant_of(node: Node) -> ops.Quant | None:
@@ -217,7 +217,14 @@ def select_tensors(graph: Graph, per_channel: bool = True, quantize_outputs: boo
                     sel.skipped[v.name] = "constant holding infinity or NaN: read float"
                     continue
                 axis_fn = q.weights.get(i)
-                axis = axis_fn(node.attrs, v.const.shape) if (axis_fn and per_channel and v.const.ndim >= 2) else None
+                if not per_channel or v.const.ndim < 2:
+                    axis = None
+                elif axis_fn:
+                    axis = axis_fn(node.attrs, v.const.shape)
+                else:
+                    # no operator axis (an elementwise operand, a Gather's table): the
+                    # axis whose per-slice scales round it best
+                    axis = slice_axis(v.const)
                 if v.name in sel.weights and sel.weights[v.name] != axis:
                     axis = None  # read by two ops wanting different axes: per tensor
                 sel.weights[v.name] = axis

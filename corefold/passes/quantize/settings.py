@@ -53,6 +53,15 @@ class QuantizeSettings:
             (False: the last ops' accumulators are dequantized to float).
         weight_rounding: ``gptq`` (error-compensating rounding on the calibration data,
             kept only where it beats nearest) or ``nearest``.
+        output_grid: with ``calibration=mse``, a graph output that no node reads takes the
+            magnitude within 3% of its MSE one that minimises the simulated output error on
+            the calibration batches (:mod:`outgrid`); kept only where that error drops by at
+            least 2%.
+        gptq_rows_per_column: GPTQ rounds a weight only when its Hessian sums more than this
+            many calibration rows (patches, tokens) per input column; at or below, ``H`` is
+            singular or nearly and GPTQ fits the calibration samples rather than the layer
+            (GPT-2 with 4 samples of 16 tokens: 64 rows for 64 columns, 0.15 dB lower output
+            SQNR than nearest rounding on held-out samples).
     """
 
     bits: int = 8
@@ -70,6 +79,8 @@ class QuantizeSettings:
     mixed_batches: int = 4
     quantize_outputs: bool = True
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
+    output_grid: bool = True
+    gptq_rows_per_column: float = 1.0
 
     #: fast: min/max on at most 32 batches, nearest rounding; strong: default plus 16-bit
     #: raising to 40 dB; seed: the seed's literal rule (SPEC M5): min/max calibration,
@@ -111,6 +122,8 @@ class QuantizeSettings:
             raise QuantizeError(f"percentile {self.percentile} is not in (0, 100]")
         if self.max_batches is not None and self.max_batches < 1:
             raise QuantizeError(f"max_batches = {self.max_batches}: calibrate on at least one batch")
+        if not (math.isfinite(self.gptq_rows_per_column) and self.gptq_rows_per_column >= 0):
+            raise QuantizeError(f"gptq_rows_per_column = {self.gptq_rows_per_column} is not a number >= 0")
         if self.mixed_batches < 1:
             raise QuantizeError(f"mixed_batches = {self.mixed_batches}: measure on at least one batch")
         if self.target_sqnr_db is not None and not math.isfinite(self.target_sqnr_db):
