@@ -6,6 +6,7 @@ import pytest
 from corefold.ir import parse
 from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
 from corefold.passes.quantize.mixed import simulate, sqnr_db
+from corefold.passes.quantize.select_test import RESIZE_SHARED
 
 TEXT = """graph mlp opset 21
 input x: float32[1, 16]
@@ -45,15 +46,6 @@ def test_mixed_precision_reaches_target_and_reports_cost(tmp_path):
     got = sqnr_db([y for d in xs for y in simulate(f, {}, d)], [y for d in xs for y in simulate(f, res.plan, d)])
     assert got == pytest.approx(m["final_sqnr_db"], abs=1e-6)
     assert all(p.bits == 4 for t, p in base.plan.items() if p.bits != 32)
-
-
-RESIZE_SHARED = """graph rs opset 21
-input x: float32[1, 2, 4, 4]
-const sc: float32[4] = [1.0, 1.0, 2.0, 1.0]
-node up = Resize(x, _, sc) attrs {"mode": "nearest"} -> (u: float32[1, 2, 8, 4])
-node scale = Mul(u, sc) -> (y: float32[1, 2, 8, 4])
-output y
-"""
 
 
 def test_simulate_reads_parameter_inputs_float():
