@@ -3,7 +3,8 @@
 * **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
   spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
   (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
-  DRAM regions go to the channel attached nearest to the core that uses them.
+  DRAM regions go to channels so that the channels' traffic stays balanced, each near
+  the cores that use it (:func:`assign_channels`).
 * **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
   route between the core and its region's channel router, every DRAM copy the XY route
   between its two regions' channel routers (:func:`~corefold.backend.executable.xy_route`).
@@ -96,6 +97,62 @@ def _nearest_channel(target: Target, core: Core) -> int:
     return min(range(len(chans)), key=lambda c: (abs(chans[c][0] - core[0]) + abs(chans[c][1] - core[1]), c))
 
 
+def region_traffic(plan: Plan) -> dict[tuple, dict[Core, int]]:
+    """Bytes each core moves to or from each DRAM region (loads, stores, and the DRAM
+    copies it drives, counted on both their regions). O(events)."""
+    out: dict[tuple, dict[Core, int]] = {}
+    for core, cp in plan.cores.items():
+        for ev in cp.events:
+            if ev.kind not in ("load", "store", "dram_copy"):
+                continue
+            keys = [ev.region] + ([ev.src_region] if ev.kind == "dram_copy" else [])
+            views = [ev.region_view] + ([ev.src_region_view] if ev.kind == "dram_copy" else [])
+            for key, v in zip(keys, views):
+                n = 1
+                for d in v[2]:
+                    n *= int(d)
+                per = out.setdefault(key, {})
+                per[core] = per.get(core, 0) + n * plan.regions[key][1].itemsize
+    return out
+
+
+#: Weight of distance in :func:`assign_channels`: moving a region's bytes one hop further
+#: from the cores that use it costs this fraction of holding them on a busier channel.
+HOP_WEIGHT = 0.05
+
+
+def assign_channels(plan: Plan, target: Target) -> dict[tuple, int]:
+    """The DRAM channel of every region: the channels share the DRAM bandwidth, so a
+    region goes where the channels' traffic stays balanced, near the cores that use it.
+
+    Greedy, largest traffic first (LPT): each region goes to the channel minimising
+    ``load[c] + bytes + HOP_WEIGHT * sum over using cores of bytes(core) * hops(core, c)``,
+    where ``load`` is the traffic already assigned to that channel. With one channel every
+    region goes to it; a region no core moves (an input nobody reads) goes to the channel
+    nearest its core. O(R log R + R * C * users).
+    """
+    chans = target.dram_channels
+    traffic = region_traffic(plan)
+    load = [0.0] * len(chans)
+    out: dict[tuple, int] = {}
+
+    def hops(core: Core, c: int) -> int:
+        return abs(chans[c][0] - core[0]) + abs(chans[c][1] - core[1])
+
+    order = sorted(plan.regions, key=lambda k: -sum(traffic.get(k, {}).values()))
+    for key in order:
+        users = traffic.get(key)
+        if not users:
+            out[key] = _nearest_channel(target, plan.regions[key][3])
+            continue
+        total = sum(users.values())
+        best = min(range(len(chans)), key=lambda c: (
+            load[c] + total + HOP_WEIGHT * sum(b * hops(core, c) for core, b in users.items()), c))
+        load[best] += total
+        out[key] = best
+    return out
+
+
 def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None], durations: list[float]):
     """Programs, buffers, weights, regions and I/O descriptors of the executable.
 
@@ -105,8 +162,9 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
     region_id: dict[tuple, int] = {}
     regions: list[DramRegion] = []
     bump: dict[int, int] = {}
+    channel_of = assign_channels(plan, target)
     for key, (shape, dtype, name, core) in plan.regions.items():
-        ch = _nearest_channel(target, core)
+        ch = channel_of[key]
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
         bump[ch] = off + aligned(max(nbytes, 1))
