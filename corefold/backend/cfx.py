@@ -59,6 +59,8 @@ OPCODES = {Compute: 1, DmaLoad: 2, DmaStore: 3, Copy: 4, Send: 5, Recv: 6, Signa
 #: The format version that introduced each opcode; a file is written with the lowest
 #: version that holds all of its instructions (docs/executable.md).
 OPCODE_VERSION = {9: 2}
+#: The format version that introduced interleaved DRAM regions (a ninth REGS field).
+INTERLEAVE_VERSION = 3
 UNIT_CODES = {"dma": 0, "matrix": 1, "vector": 2}
 NO_ENGINE = 0xFF
 BLOB_ALIGN = 64
@@ -276,6 +278,8 @@ def to_bytes(exe: Executable) -> bytes:
 
     prog = struct.pack("<I", len(exe.programs))
     version = max((OPCODE_VERSION.get(OPCODES[type(i)], 1) for _, _, i in exe.instructions()), default=1)
+    if any(r.interleave != 1 for r in exe.regions):
+        version = max(version, INTERLEAVE_VERSION)
     for p in exe.programs:
         body = b"".join(encode_instruction(i) for i in p.instructions)
         prog += struct.pack("<HHII", p.core[0], p.core[1], len(p.instructions), len(body)) + body
@@ -299,6 +303,7 @@ def to_bytes(exe: Executable) -> bytes:
         "BUFS": js([[b.id, list(b.core), b.offset, b.nbytes, list(b.shape), b.dtype, b.kind, b.name]
                     for b in exe.buffers]),
         "REGS": js([[r.id, r.channel, r.offset, r.nbytes, list(r.shape), r.dtype, r.kind, r.name]
+                    + ([r.interleave] if r.interleave != 1 else [])
                     for r in exe.regions]),
         "IOTS": js({"inputs": [[t.name, list(t.shape), t.dtype, t.region, t.location] for t in exe.inputs],
                     "outputs": [[t.name, list(t.shape), t.dtype, t.region, t.location] for t in exe.outputs]}),
@@ -378,7 +383,12 @@ def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executa
                            f"({want.digest[:12]})")
     ops = [_op_back(d) for d in json.loads(sec["OPST"])]
     buffers = [Buffer(i, tuple(c), o, n, tuple(s), dt, k, nm) for i, c, o, n, s, dt, k, nm in json.loads(sec["BUFS"])]
-    regions = [DramRegion(i, ch, o, n, tuple(s), dt, k, nm) for i, ch, o, n, s, dt, k, nm in json.loads(sec["REGS"])]
+    regions = []
+    for entry in json.loads(sec["REGS"]):
+        if len(entry) == 9 and version < INTERLEAVE_VERSION:
+            raise CfxError(f"{what}: an interleaved DRAM region in a format version {version} file")
+        i, ch, o, n, s, dt, k, nm, *rest = entry
+        regions.append(DramRegion(i, ch, o, n, tuple(s), dt, k, nm, *rest))
     io = json.loads(sec["IOTS"])
     inputs = [TensorIO(n, tuple(s), dt, r, loc) for n, s, dt, r, loc in io["inputs"]]
     outputs = [TensorIO(n, tuple(s), dt, r, loc) for n, s, dt, r, loc in io["outputs"]]

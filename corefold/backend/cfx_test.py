@@ -1,4 +1,5 @@
-"""The ``.cfx`` bytes of a DMA copy against docs/executable.md, and the version rule."""
+"""The ``.cfx`` bytes of a DMA copy and of an interleaved region against docs/executable.md, and
+the version rule."""
 
 import struct
 
@@ -6,7 +7,7 @@ import pytest
 
 from corefold.backend.cfx import CfxError, encode_instruction, from_bytes, to_bytes
 from corefold.backend.executable import DmaCopy, View, xy_route
-from corefold.sim.testing import ExeBuilder, small_target
+from corefold.sim.testing import ExeBuilder, small_target, striped_copy_exe
 
 
 def _copy_exe():
@@ -39,6 +40,22 @@ def test_a_dma_copy_in_a_version_1_file_is_refused():
     data[8:10] = b"\x01\x00"  # the header has no checksum of its own; PROG is intact
     with pytest.raises(CfxError, match="opcode 9 in a format version 1 file"):
         from_bytes(bytes(data))
-    data[8:10] = b"\x03\x00"
-    with pytest.raises(CfxError, match="format version 3, this corefold reads versions 1, 2"):
+    data[8:10] = b"\x04\x00"
+    with pytest.raises(CfxError, match="format version 4, this corefold reads versions 1, 2, 3"):
         from_bytes(bytes(data))
+
+
+def test_an_interleaved_region_is_version_3_and_refused_in_version_2():
+    """A region striped over channels is a ninth REGS field and needs version 3; the same
+    bytes labelled version 2 are refused, and a file without one keeps its lower version."""
+    exe, t = striped_copy_exe(2)
+    data = bytearray(to_bytes(exe))
+    assert data[8:10] == b"\x03\x00"
+    back = from_bytes(bytes(data), target=t)
+    assert [r.interleave for r in back.regions] == [2, 2] and back.regions == exe.regions
+    assert back.programs[0].instructions == exe.programs[0].instructions
+    data[8:10] = b"\x02\x00"
+    with pytest.raises(CfxError, match="an interleaved DRAM region in a format version 2 file"):
+        from_bytes(bytes(data))
+    one, _ = striped_copy_exe(1)
+    assert to_bytes(one)[8:10] == b"\x01\x00"

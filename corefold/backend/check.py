@@ -40,6 +40,17 @@ class ExecutableError(InternalError):
     """The lowering produced an executable that breaks its own rules (a corefold bug)."""
 
 
+def _check_striped(region, route, target, where: str) -> None:
+    """An interleaved region's channels exist on one chip and its transfers carry no route."""
+    per_chip = len(target.dram_attach)
+    if (region.interleave < 1 or region.channel < 0 or region.channel + region.interleave > len(target.dram_channels)
+            or region.channel // per_chip != (region.channel + region.interleave - 1) // per_chip):
+        raise ExecutableError(f"{where}: region {region.id} is interleaved over channels "
+                              f"{region.channel}..{region.channel + region.interleave - 1}, not channels of one chip")
+    if route:
+        raise ExecutableError(f"{where}: a transfer of interleaved region {region.id} has a route (XY routes per channel)")
+
+
 def _accessed(ins) -> list[int]:
     """SRAM buffer ids an instruction accesses on its own core."""
     if isinstance(ins, Compute):
@@ -102,18 +113,26 @@ def check_executable(exe: Executable, target) -> None:
                       check_view(ins.dst, buf_elems if isinstance(ins, DmaLoad) else reg_elems, where))
             del src_ok
             region = exe.regions[ins.src.ref if isinstance(ins, DmaLoad) else ins.dst.ref]
-            router = target.dram_channels[region.channel]
-            start, end = (router, core) if isinstance(ins, DmaLoad) else (core, router)
-            if route_end(start, ins.route) != end:
-                raise ExecutableError(f"{where}: route does not reach {end}")
+            if region.interleave > 1:
+                _check_striped(region, ins.route, target, where)
+            else:
+                router = target.dram_channels[region.channel]
+                start, end = (router, core) if isinstance(ins, DmaLoad) else (core, router)
+                if route_end(start, ins.route) != end:
+                    raise ExecutableError(f"{where}: route does not reach {end}")
         elif isinstance(ins, DmaCopy):
             check_view(ins.src, reg_elems, where)
             check_view(ins.dst, reg_elems, where)
             if ins.src.ref == ins.dst.ref:
                 raise ExecutableError(f"{where}: a DMA copy within one region")
-            start, end = (target.dram_channels[exe.regions[v.ref].channel] for v in (ins.src, ins.dst))
-            if route_end(start, ins.route) != end:
-                raise ExecutableError(f"{where}: route does not reach {end}")
+            src, dst = (exe.regions[v.ref] for v in (ins.src, ins.dst))
+            if src.interleave > 1 or dst.interleave > 1:
+                for region in (src, dst):
+                    _check_striped(region, ins.route, target, where)
+            else:
+                start, end = (target.dram_channels[r.channel] for r in (src, dst))
+                if route_end(start, ins.route) != end:
+                    raise ExecutableError(f"{where}: route does not reach {end}")
         elif isinstance(ins, Copy):
             check_view(ins.src, buf_elems, where)
             check_view(ins.dst, buf_elems, where)

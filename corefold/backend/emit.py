@@ -3,11 +3,14 @@
 * **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
   spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
   (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
-  DRAM regions go to channels so that the channels' traffic stays balanced, each near
-  the cores that use it (:func:`assign_channels`).
+  DRAM regions are striped over every channel of the chip nearest the core that uses
+  them (``LowerSettings.dram_interleave``, the default), or each goes to one channel so
+  that the channels' traffic stays balanced, near the cores that use it
+  (:func:`assign_channels`).
 * **Route.** Every send follows the XY route between its cores, every DMA transfer the XY
   route between the core and its region's channel router, every DRAM copy the XY route
-  between its two regions' channel routers (:func:`~corefold.backend.executable.xy_route`).
+  between its two regions' channel routers (none is written for an interleaved region:
+  each channel's share follows its own XY route) (:func:`~corefold.backend.executable.xy_route`).
 * **Emit.** Each event becomes an instruction. ``deps`` are: for a read, the instructions
   that wrote the buffer; for a write, every instruction that accessed a buffer of the same
   core whose addresses overlap and whose lifetime ended before (the buffer is reused).
@@ -107,7 +110,7 @@ def region_traffic(plan: Plan) -> dict[tuple, dict[Core, int]]:
                 continue
             keys = [ev.region] + ([ev.src_region] if ev.kind == "dram_copy" else [])
             views = [ev.region_view] + ([ev.src_region_view] if ev.kind == "dram_copy" else [])
-            for key, v in zip(keys, views):
+            for key, v in zip(keys, views, strict=True):
                 n = 1
                 for d in v[2]:
                     n *= int(d)
@@ -153,34 +156,46 @@ def assign_channels(plan: Plan, target: Target) -> dict[tuple, int]:
     return out
 
 
-def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None], durations: list[float]):
+def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None], durations: list[float],
+         interleave: bool = True):
     """Programs, buffers, weights, regions and I/O descriptors of the executable.
 
-    ``task_ops[t]`` is the op-table index of task ``t`` (None for a gather).
+    ``task_ops[t]`` is the op-table index of task ``t`` (None for a gather). ``interleave``:
+    every region is striped over all DRAM channels of the chip nearest the core that uses
+    it (:attr:`DramRegion.interleave`); otherwise each lies on one channel
+    (:func:`assign_channels`).
     """
     # DRAM regions
     region_id: dict[tuple, int] = {}
     regions: list[DramRegion] = []
     bump: dict[int, int] = {}
-    channel_of = assign_channels(plan, target)
+    per_chip = len(target.dram_attach) if interleave else 1
+    channel_of = {} if per_chip > 1 else assign_channels(plan, target)
+
+    def channel(key, core: Core) -> int:
+        if per_chip > 1:
+            return _nearest_channel(target, core) // per_chip * per_chip
+        return channel_of[key]
+
     for key, (shape, dtype, name, core) in plan.regions.items():
-        ch = channel_of[key]
+        ch = channel(key, core)
         nbytes = int(_aligned_size(shape, dtype))
         off = bump.get(ch, 0)
         bump[ch] = off + aligned(max(nbytes, 1))
         kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
                 "staged": "staging"}[key[0]]
         region_id[key] = len(regions)
-        regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name))
+        regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name, per_chip))
     for ph in lg.inputs:  # an input nobody reads still has its region
         key = ("input", ph)
         if key not in region_id:
             p = lg.phys[ph]
-            ch = _nearest_channel(target, target.host_router)
+            ch = _nearest_channel(target, target.host_router) // per_chip * per_chip
             off = bump.get(ch, 0)
             bump[ch] = off + aligned(max(p.nbytes, 1))
             region_id[key] = len(regions)
-            regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name))
+            regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name,
+                                      per_chip))
 
     buffers = [Buffer(b.id, b.core, b.offset, b.nbytes, b.shape, b.dtype.name, b.kind, b.name) for b in plan.buffers]
     weights = {}
@@ -264,17 +279,19 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
                 ins = Copy(unit, view(ev.reads[0]), view(ev.writes[0]), dtuple)
             elif ev.kind == "dram_copy":
                 src, dst = region_id[ev.src_region], region_id[ev.region]
-                route = xy_route(target.dram_channels[regions[src].channel], target.dram_channels[regions[dst].channel])
+                route = () if regions[src].interleave > 1 or regions[dst].interleave > 1 else xy_route(
+                    target.dram_channels[regions[src].channel], target.dram_channels[regions[dst].channel])
                 ins = DmaCopy(unit, View(src, *[tuple(x) for x in ev.src_region_view]),
                               View(dst, *[tuple(x) for x in ev.region_view]), route, dtuple)
             else:
                 rid = region_id[ev.region]
                 router = target.dram_channels[regions[rid].channel]
                 rview = View(rid, *[tuple(x) for x in ev.region_view])
+                striped = regions[rid].interleave > 1
                 if ev.kind == "load":
-                    ins = DmaLoad(unit, rview, view(ev.writes[0]), xy_route(router, core), dtuple)
+                    ins = DmaLoad(unit, rview, view(ev.writes[0]), () if striped else xy_route(router, core), dtuple)
                 else:
-                    ins = DmaStore(unit, view(ev.reads[0]), rview, xy_route(core, router), dtuple)
+                    ins = DmaStore(unit, view(ev.reads[0]), rview, () if striped else xy_route(core, router), dtuple)
         elif ev.kind == "send":
             ins = Send(ev.tag, view(ev.reads[0]), ev.peer, view(recv_view[ev.tag]), xy_route(core, ev.peer), dtuple)
         elif ev.kind == "recv":

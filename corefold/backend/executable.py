@@ -32,7 +32,8 @@ Memories
   (from :attr:`Executable.weights`) and read-only afterwards. ``kind == "activation"``
   buffers are working storage; two activation buffers of a core may share addresses only
   if their lifetimes (below) are disjoint; the lowering guarantees it through ``deps``.
-* **DRAM.** A :class:`DramRegion` is a byte range of one DRAM channel; channel ``c``
+* **DRAM.** A :class:`DramRegion` is a byte range of one DRAM channel, or striped over
+  several channels of one chip (``interleave``); channel ``c``
   attaches to the mesh at router ``target.dram_channels[c]`` and has
   ``target.dram_channel_bytes_per_s`` of bandwidth. The host attaches
   at router ``target.host_router`` over ``target.host_link_bytes_per_s``. Regions hold the graph's
@@ -146,16 +147,19 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
     Wait,
     engine,
     instruction_kind,
+    split_bytes,
     whole,
 )
 
 #: Newest version of the in-memory model and of the ``.cfx`` format (docs/executable.md).
 #: Version 2 added :class:`DmaCopy` (opcode 9); an executable without one is written as
-#: version 1, byte for byte as before, so version-1 readers still read it.
-FORMAT_VERSION = 2
+#: version 1, byte for byte as before, so version-1 readers still read it. Version 3 added
+#: interleaved DRAM regions (:attr:`DramRegion.interleave` above 1); an executable without
+#: one is written as version 1 or 2.
+FORMAT_VERSION = 3
 
 #: Every format version this corefold reads.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 #: Mesh directions, in the order of the report's ``link_bytes[y][x][d]``.
 DIRECTIONS = ("N", "E", "S", "W")

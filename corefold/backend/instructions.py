@@ -71,6 +71,14 @@ class DramRegion:
             ``"spill"`` (an activation that did not stay in SRAM) or ``"staging"`` (a
             tensor assembled in DRAM from pieces computed on several cores).
         name: the tensor it holds.
+        interleave: the number of consecutive channels, ``channel`` to ``channel +
+            interleave - 1`` (all on one chip), over which the region's bytes are striped,
+            as DRAM controllers interleave addresses; 1: the region lies on ``channel``
+            alone. A transfer of ``b`` bytes to or from an interleaved region moves
+            ``b / interleave`` through each of those channels, each share along the XY route
+            between that channel's router and the other end, so an instruction touching an
+            interleaved region has an empty ``route`` (the routes follow from XY routing).
+            ``offset`` is then an address in the interleaved space.
     """
 
     id: int
@@ -81,6 +89,23 @@ class DramRegion:
     dtype: str
     kind: str
     name: str
+    interleave: int = 1
+
+    @property
+    def channels(self) -> range:
+        """The channels holding the region's bytes."""
+        return range(self.channel, self.channel + self.interleave)
+
+    def shares(self, nbytes: int) -> list[tuple[int, int]]:
+        """``(channel, bytes)`` of a transfer of ``nbytes`` to or from this region: an equal
+        share per channel (the remainder on the first). O(interleave)."""
+        return list(zip(self.channels, split_bytes(nbytes, self.interleave), strict=True))
+
+
+def split_bytes(nbytes: int, parts: int) -> list[int]:
+    """``nbytes`` in ``parts`` equal shares, the remainder on the first. O(parts)."""
+    q, r = divmod(int(nbytes), parts)
+    return [q + r] + [q] * (parts - 1)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,10 @@ class LowerSettings:
         pieces_per_core: the tile step cuts every operator longer than the graph's work
             over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
             so that the mesh has work; 0 cuts only what does not fit a core.
+        dram_interleave: stripe every DRAM region over all channels of its chip, as DRAM
+            controllers interleave addresses, so that one transfer uses every channel's
+            bandwidth (the clustering's cost model assumes it); False puts each region on
+            one channel, balancing the channels' traffic.
     """
 
     seed: int = 0
@@ -55,6 +59,7 @@ class LowerSettings:
     acyclic: bool = False
     spread: float = 1.5
     pieces_per_core: float = 8.0
+    dram_interleave: bool = True
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
@@ -173,7 +178,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
             task_ops.append(len(ops))
             ops.append(task.op)
     programs, buffers, weights, regions, inputs, outputs = emit(plan, lg, target, task_ops,
-                                                                [task.seconds for task in lg.tasks])
+                                                                [task.seconds for task in lg.tasks],
+                                                                settings.dram_interleave)
     exe = Executable(target_fingerprint(target), programs, buffers, weights, regions, inputs, outputs, ops)
     times["emit"] = time.perf_counter() - t
     check_resources(exe, target)

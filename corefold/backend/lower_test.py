@@ -163,7 +163,7 @@ def test_data_movement_bigger_than_a_core_is_dram_copies_and_simulates_exactly()
     moved = sum(i.src.elements * 4 for i in copies)
     assert sim.report.dram_bytes >= 2 * moved  # read from one region, written into another
     data = to_bytes(exe)
-    assert data[8:10] == b"\x02\x00"  # format version 2: it holds DMA copies
+    assert data[8:10] == b"\x03\x00"  # format version 3: DMA copies (2) and interleaved regions (3)
     back = from_bytes(data, target=t)
     assert [p.instructions for p in back.programs] == [p.instructions for p in exe.programs]
 
@@ -253,3 +253,26 @@ def test_a_float_gemm_reading_a_dequantized_weight_is_cut_like_a_float_one():
     want = IntegerRunner(g).run(feeds)
     assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_dram_regions_striped_or_on_one_channel_compute_the_same(interleave):
+    """``dram_interleave`` stripes every region over the chip's four channels (empty routes),
+    or puts each on one channel; either way the executable checks and simulates to the
+    executor's outputs."""
+    from dataclasses import replace
+
+    from corefold.backend.lower import DEFAULT
+    from corefold.sim.simulate import run_simulation
+
+    g = load_model(TINY_CNN)
+    t = load_target("npu")
+    exe = lower(g, t, replace(DEFAULT, dram_interleave=interleave, order_budget_seconds=0.0))
+    check_executable(exe, t)
+    assert {r.interleave for r in exe.regions} == ({len(t.dram_attach)} if interleave else {1})
+    dma = [i for _, _, i in exe.instructions() if type(i).__name__ in ("DmaLoad", "DmaStore")]
+    assert dma and (not interleave or all(i.route == () for i in dma))
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    sim = run_simulation(exe, feeds, t)
+    assert max_relative_error(want, sim.outputs) <= 1e-5

@@ -18,7 +18,7 @@ from corefold.backend.executable import (
 from corefold.errors import DataError, TargetError
 from corefold.sim.memory import SramError
 from corefold.sim.simulate import run_simulation, simulate
-from corefold.sim.testing import ExeBuilder, small_target
+from corefold.sim.testing import ExeBuilder, small_target, striped_copy_exe
 from corefold.sim.timed import ProgramError
 
 NS = 1e-9
@@ -230,3 +230,44 @@ def test_dram_copy_reads_and_writes_the_channel_and_moves_the_box():
     assert sim.timed.run_end - sim.timed.run_start == pytest.approx(8 * NS)
     assert sim.report.dram_bytes == 128 and sim.report.noc_bytes == 0
     assert sim.report.sram_peak_bytes == [0, 0, 0, 0]
+
+
+def test_an_interleaved_region_moves_a_share_through_every_channel():
+    """Striped over both channels, each channel carries half of each transfer (32 B of the
+    load, 32 B of the store: 4 ns each at 8 GB/s) along its own XY route, and the run is
+    shorter than through one channel, where the channel carries all 64 B (8 ns) each way."""
+    xs = np.arange(16, dtype=np.float32)
+    runs = {}
+    for n in (1, 2):
+        exe, t = striped_copy_exe(n)
+        sim = run_simulation(exe, {"x": xs}, t)
+        np.testing.assert_array_equal(sim.outputs["y"], xs)
+        tl, m = sim.timed.timeline, sim.timed.machine
+        lo, hi = sim.timed.run_start, sim.timed.run_end
+        busy = [float(np.sum((np.clip(tl.stage_end, lo, hi) - np.clip(tl.stage_start, lo, hi))
+                             [tl.stage_resource == r])) for r in m.channels]
+        runs[n] = hi - lo
+        links = np.asarray(sim.report.link_bytes)
+        if n == 1:
+            assert busy == pytest.approx([16 * NS, 0.0])  # 64 B in, 64 B out
+            assert links[0, 1, 3] == 64 and links[0, 0, 1] == 64 and links.sum() == 128
+        else:
+            assert busy == pytest.approx([8 * NS, 8 * NS])
+            # (1,0) W and (0,0) E carry the first channel's halves, (0,1) N and (0,0) S the second's
+            assert links[0, 1, 3] == 32 and links[0, 0, 1] == 32 and links[1, 0, 0] == 32 and links[0, 0, 2] == 32
+            assert links.sum() == 128
+        assert sim.report.dram_bytes == 128 and sim.report.noc_bytes == 128
+    assert runs[2] < runs[1]
+
+
+def test_a_route_on_an_interleaved_region_is_an_internal_error():
+    from dataclasses import replace
+
+    from corefold.backend.check import ExecutableError, check_executable
+
+    exe, t = striped_copy_exe(2)
+    check_executable(exe, t)
+    load = exe.programs[0].instructions[0]
+    exe.programs[0].instructions[0] = replace(load, route=xy_route((1, 0), (0, 0)))
+    with pytest.raises(ExecutableError, match="interleaved region 0 has a route"):
+        check_executable(exe, t)

@@ -15,6 +15,8 @@ from corefold.backend.executable import (
     ALIGNMENT,
     Buffer,
     CoreProgram,
+    DmaLoad,
+    DmaStore,
     DramRegion,
     Executable,
     Op,
@@ -23,6 +25,7 @@ from corefold.backend.executable import (
     Weight,
     target_fingerprint,
     whole,
+    xy_route,
 )
 from corefold.target import Target, parse_target
 
@@ -88,22 +91,23 @@ class ExeBuilder:
             self.weights[b.id] = Weight(b.id, np.asarray(data, dtype=dtype).reshape(shape))
         return b.id
 
-    def region(self, shape, dtype="float32", channel=0, kind="spill", name="") -> int:
-        """A DRAM region after the last one of ``channel``."""
+    def region(self, shape, dtype="float32", channel=0, kind="spill", name="", interleave=1) -> int:
+        """A DRAM region after the last one of ``channel`` (striped over ``interleave`` channels)."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         off = self._channel_end.get(channel, 0)
         self._channel_end[channel] = off + -(-nbytes // ALIGNMENT) * ALIGNMENT
-        r = DramRegion(len(self.regions), channel, off, nbytes, tuple(shape), dtype, kind, name or f"r{len(self.regions)}")
+        r = DramRegion(len(self.regions), channel, off, nbytes, tuple(shape), dtype, kind, name or f"r{len(self.regions)}",
+                       interleave)
         self.regions.append(r)
         return r.id
 
-    def graph_input(self, name, shape, dtype="float32", channel=0, location="host") -> int:
-        r = self.region(shape, dtype, channel, "input", name)
+    def graph_input(self, name, shape, dtype="float32", channel=0, location="host", interleave=1) -> int:
+        r = self.region(shape, dtype, channel, "input", name, interleave)
         self.inputs.append(TensorIO(name, tuple(shape), dtype, r, location))
         return r
 
-    def graph_output(self, name, shape, dtype="float32", channel=0, location="host") -> int:
-        r = self.region(shape, dtype, channel, "output", name)
+    def graph_output(self, name, shape, dtype="float32", channel=0, location="host", interleave=1) -> int:
+        r = self.region(shape, dtype, channel, "output", name, interleave)
         self.outputs.append(TensorIO(name, tuple(shape), dtype, r, location))
         return r
 
@@ -131,3 +135,20 @@ class ExeBuilder:
         programs = [self.programs[c] for c in sorted(self.programs, key=lambda c: (c[1], c[0]))]
         return Executable(target_fingerprint(self.target), programs, self.buffers, self.weights, self.regions,
                           self.inputs, self.outputs, self.ops)
+
+
+def striped_copy_exe(interleave: int) -> tuple[Executable, Target]:
+    """Core (0, 0) loads a 64-byte input and stores it to the output; two DRAM channels of
+    8 GB/s each, at routers (1, 0) and (0, 1); both regions striped over ``interleave``."""
+    t = parse_target(SMALL_TARGET.replace("dram_attach = [[1, 0]]", "dram_attach = [[1, 0], [0, 1]]"), "2 channels")
+    b = ExeBuilder(t)
+    x = b.graph_input("x", (16,), interleave=interleave)
+    y = b.graph_output("y", (16,), interleave=interleave)
+    buf = b.buffer((0, 0), (16,), name="x")
+    core = (0, 0)
+    route_in = () if interleave > 1 else xy_route((1, 0), core)
+    route_out = () if interleave > 1 else xy_route(core, (1, 0))
+    b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(buf), route_in))
+    b.add(core, DmaStore("dma0", b.view(buf), b.view(y, dram=True), route_out, deps=(0,)))
+    return b.build(), t
+

@@ -55,6 +55,7 @@ from corefold.backend.executable import (
     View,
     Wait,
     instruction_kind,
+    split_bytes,
     xy_route,
 )
 from corefold.errors import InternalError
@@ -189,11 +190,11 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
     for io in exe.inputs:
         if io.location == "host":
             reg = exe.regions[io.region]
-            route = xy_route(target.host_router, channels[reg.channel])
-            input_tasks.append(engine.task([m.host_stage(reg.nbytes), *m.hops(route, reg.nbytes),
-                                            m.channel_stage(reg.channel, reg.nbytes)], deps=[loaded],
-                                           name=f"write input {io.name}", category="host",
-                                           args={"bytes": reg.nbytes}))
+            for c, b in reg.shares(reg.nbytes):
+                route = xy_route(target.host_router, channels[c])
+                input_tasks.append(engine.task([m.host_stage(b), *m.hops(route, b), m.channel_stage(c, b)],
+                                               deps=[loaded], name=f"write input {io.name}", category="host",
+                                               args={"bytes": b, "channel": c}))
             host_bytes += reg.nbytes
     run_start = engine.task([], deps=[loaded, *input_tasks], name="run start", category="phase")
 
@@ -202,6 +203,7 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
     task_of = [-1] * (2 * total)
     transfers: list[tuple[int, tuple, str]] = []
     dram_bytes = 0
+    joins: list[tuple[int, list[int]]] = []  # a striped transfer's task and its shares' tasks
     flat_core = np.repeat(np.arange(len(exe.programs)), np.diff(offsets)).tolist()
     for node in order:
         flat = node // 2
@@ -217,6 +219,7 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
             continue
         kind = instruction_kind(ins)
         stages: list[Stage] = []
+        shares: list[tuple[list[Stage], tuple, str, int]] = []  # one transfer per channel share
         args: dict = {"instruction": label}
         if isinstance(ins, Compute):
             op = exe.ops[ins.op]
@@ -227,20 +230,25 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
             load = isinstance(ins, DmaLoad)
             region = exe.regions[ins.src.ref if load else ins.dst.ref]
             nbytes = view_bytes(exe, ins.src, dram=load)
-            dma = m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes))
-            chan = m.channel_stage(region.channel, nbytes)
-            hops = m.hops(ins.route, nbytes)
-            stages = [chan, *hops, dma] if load else [dma, *hops, chan]
-            transfers.append((nbytes, ins.route, "load" if load else "store"))
+            what = "load" if load else "store"
+            for c, b in region.shares(nbytes):
+                route = ins.route if region.interleave == 1 else (
+                    xy_route(channels[c], p.core) if load else xy_route(p.core, channels[c]))
+                dma = m.unit_stage(p.core, ins.unit, m.dma_seconds(b))
+                chan, hops = m.channel_stage(c, b), m.hops(route, b)
+                shares.append(([chan, *hops, dma] if load else [dma, *hops, chan], route, what, b))
             dram_bytes += nbytes
             name = f"{'load' if load else 'store'} {region.name}"
             args["bytes"] = nbytes
         elif isinstance(ins, DmaCopy):
             src, dst = exe.regions[ins.src.ref], exe.regions[ins.dst.ref]
             nbytes = view_bytes(exe, ins.src, dram=True)
-            stages = [m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes)), m.channel_stage(src.channel, nbytes),
-                      *m.hops(ins.route, nbytes), m.channel_stage(dst.channel, nbytes)]
-            transfers.append((nbytes, ins.route, "dram copy"))
+            n = max(src.interleave, dst.interleave)
+            for k, b in enumerate(split_bytes(nbytes, n)):
+                cs, cd = src.channel + k % src.interleave, dst.channel + k % dst.interleave
+                route = ins.route if n == 1 else xy_route(channels[cs], channels[cd])
+                shares.append(([m.unit_stage(p.core, ins.unit, m.dma_seconds(b)), m.channel_stage(cs, b),
+                                *m.hops(route, b), m.channel_stage(cd, b)], route, "dram copy", b))
             dram_bytes += 2 * nbytes  # read from one region, written into the other
             name = f"copy {src.name} -> {dst.name}"
             args["bytes"] = nbytes
@@ -260,7 +268,19 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
             name = f"signal {ins.tag}"
         else:  # Recv completion, Wait
             name = f"{kind} {ins.tag}"
+        if len(shares) == 1:
+            stages, route, what, b = shares[0]
+            transfers.append((b, route, what))
+        elif shares:  # striped: one task per channel share, and the instruction ends with the last
+            parts = []
+            for k, (st, route, what, b) in enumerate(shares):
+                transfers.append((b, route, what))
+                parts.append(engine.task(st, deps=deps, name=f"{name} (share {k})", category=kind,
+                                         args={**args, "bytes": b}))
+            deps = parts
         task_of[node] = engine.task(stages, deps=deps, name=name, category=kind, args=args)
+        if len(shares) > 1:
+            joins.append((task_of[node], parts))
     run_end = engine.task([], deps=[task_of[n] for n in order if n % 2 == 0] or [run_start],
                           name="run end", category="phase")
 
@@ -268,13 +288,15 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
     for io in exe.outputs:
         if io.location == "host":
             reg = exe.regions[io.region]
-            route = xy_route(channels[reg.channel], target.host_router)
-            engine.task([m.channel_stage(reg.channel, reg.nbytes), *m.hops(route, reg.nbytes),
-                         m.host_stage(reg.nbytes)], deps=[run_end], name=f"read output {io.name}",
-                        category="host", args={"bytes": reg.nbytes})
+            for c, b in reg.shares(reg.nbytes):
+                route = xy_route(channels[c], target.host_router)
+                engine.task([m.channel_stage(c, b), *m.hops(route, b), m.host_stage(b)], deps=[run_end],
+                            name=f"read output {io.name}", category="host", args={"bytes": b, "channel": c})
             host_bytes += reg.nbytes
 
     timeline = engine.run()
+    for join, parts in joins:  # a striped transfer starts with its first share
+        timeline.start[join] = min(timeline.start[t] for t in parts)
     task = [[task_of[2 * (offsets[c] + j)] for j in range(len(p.instructions))] for c, p in enumerate(exe.programs)]
     posted = [{j: task_of[2 * (offsets[c] + j) + 1] for j, ins in enumerate(p.instructions) if isinstance(ins, Recv)}
               for c, p in enumerate(exe.programs)]
