@@ -29,6 +29,11 @@ Signal         each hop with no payload (latencies only)
 Recv, Wait     none (they complete when what they wait for arrived)
 =============  ==============================================================
 
+A DMA transfer on an interleaved region (:attr:`DramRegion.interleave` above 1) is one
+such chain per channel, each with that channel's share of the bytes on the XY route
+between the channel's router and the other end, and a stageless task that completes with
+the last share (its start is reported as the first share's).
+
 Tasks are added to the engine in a topological order of these dependencies (Kahn), which
 exists because the programs cannot deadlock (the backend's ordering argument); a cycle is
 an :class:`~corefold.errors.InternalError`. O(N + D) to build for N instructions and D
