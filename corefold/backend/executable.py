@@ -99,7 +99,8 @@ Timing (the reference model; the timed simulator adds contention):
   of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`);
 * :class:`DmaLoad` / :class:`DmaStore`: ``bytes`` at the smallest of the DMA unit's rate,
   the DRAM channel's share of the DRAM bandwidth and the route's link bandwidth, plus one
-  hop latency per hop of ``route``; :class:`DmaCopy` likewise, through both regions'
+  hop latency per hop of ``route`` (on an interleaved region, each channel's share of the
+  bytes so, on its own XY route, in parallel); :class:`DmaCopy` likewise, through both regions'
   channels (DRAM traffic of twice its bytes: read once, written once);
   :class:`Copy`: ``bytes`` at the DMA unit's rate;
 * :class:`Send`: ``bytes`` at the route's link bandwidth plus one hop latency per hop;

@@ -17,6 +17,12 @@ from corefold.cli.common import (
 )
 
 
+def _channels(region) -> str:
+    if region.interleave == 1:
+        return f"channel {region.channel}"
+    return f"channels {region.channel}-{region.channel + region.interleave - 1} interleaved"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX model file, or an executable (.cfx) written by corefold lower")
     add_shape_argument(p)
@@ -146,7 +152,7 @@ def inspect_executable(path: str) -> None:
           f"{summary['instructions']} instructions, {summary['buffers']} SRAM buffers, {summary['regions']} DRAM regions")
     for label, tios in (("inputs", exe.inputs), ("outputs", exe.outputs)):
         print(f"{label:<13}" + "; ".join(
-            f"{t.name}: {t.dtype}{list(t.shape)} in DRAM region {t.region} (channel {exe.regions[t.region].channel}, "
+            f"{t.name}: {t.dtype}{list(t.shape)} in DRAM region {t.region} ({_channels(exe.regions[t.region])}, "
             f"{t.location})" for t in tios))
     kinds = list(INSTRUCTION_TYPES)
     short = {"dma_load": "load", "dma_store": "store", "dma_copy": "dcopy"}
