@@ -355,12 +355,16 @@ class Statistics:
     """What calibration hands to ``params`` and ``rounding``.
 
     ``tensors``: activation name -> running min/max and |x| histogram; ``hessians``: weight
-    name -> ``H`` of its op's input patches; ``batches``: how many batches were seen.
+    name -> ``H`` of its op's input patches; ``batches``: how many batches were seen;
+    ``outputs``: per batch, the float graph outputs in the graph's order, as the reference
+    executor computes them (engine ``corefold`` only; empty otherwise), so that later
+    stages need not run the float model again.
     """
 
     tensors: dict[str, TensorStats]
     hessians: dict[str, np.ndarray]
     batches: int
+    outputs: list[list[np.ndarray]] = field(default_factory=list)
 
 
 class _Observer(Interpreter):
@@ -372,6 +376,7 @@ class _Observer(Interpreter):
         self.stats = stats
         self.keep = keep
         self.seen: dict[str, np.ndarray] = {}
+        self.outputs: dict[str, np.ndarray] = {}
 
     def on_value(self, value, array: np.ndarray) -> np.ndarray:
         s = self.stats.get(value.name)
@@ -382,8 +387,9 @@ class _Observer(Interpreter):
         return array
 
     def observe(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The ``keep`` values of this batch; the graph outputs are left in ``outputs``."""
         self.seen = {}
-        self.run(feeds)
+        self.outputs = self.run(feeds)
         return self.seen
 
 
@@ -432,11 +438,13 @@ def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians:
     batches = tqdm(data.batches(limit), total=total, desc="calibrating", unit="batch", disable=not progress,
                    leave=False)
     count = 0
+    outputs: list[list[np.ndarray]] = []
     if engine == "corefold":
         watcher = _Observer(graph, stats, keep)
         for feeds in batches:
             _check_feeds(feeds, count)
             seen = watcher.observe(feeds)
+            outputs.append([watcher.outputs[v.name] for v in graph.outputs])
             if observer is not None:
                 observer.add(seen)
             count += 1
@@ -450,7 +458,7 @@ def calibrate(graph: Graph, data: CalibrationSet, names: list[str], *, hessians:
             if observer is not None:
                 observer.add(values)
             count += 1
-    return Statistics(stats, observer.h if observer is not None else {}, count)
+    return Statistics(stats, observer.h if observer is not None else {}, count, outputs)
 
 
 def make_runner(graph: Graph, names: list[str], engine: str):

@@ -134,3 +134,24 @@ def test_inputs_with_different_leading_dimensions_are_batched_by_their_own(tmp_p
     np.savez(tmp_path / "odd.npz", x=x, state=state[:4])
     with pytest.raises(DataError, match=r"disagree on the number of batches: 3 for 'x', 2 for 'state' \(4 rows of 2\)"):
         load_calibration(tmp_path / "odd.npz", g)
+
+
+def test_calibration_keeps_the_float_outputs_of_every_batch(tmp_path):
+    """The corefold engine hands back each batch's graph outputs, equal to the executor's,
+    so that the output-grid refit does not run the float model again; ONNX Runtime's
+    engine keeps none."""
+    from corefold.executor import run
+
+    g = parse(STATEFUL)
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    state = np.random.default_rng(1).standard_normal((6, 1, 4)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x, state=state)
+    data = load_calibration(tmp_path / "c.npz", g)
+    stats = calibrate(g, data, [], progress=False)
+    assert len(stats.outputs) == 3
+    for feeds, outs in zip(data.batches(), stats.outputs, strict=True):
+        want = run(g, feeds)
+        assert len(outs) == len(g.outputs)
+        for v, got in zip(g.outputs, outs, strict=True):
+            np.testing.assert_array_equal(got, want[v.name])
+    assert calibrate(g, data, ["y"], engine="onnxruntime", progress=False).outputs == []

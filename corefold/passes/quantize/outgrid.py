@@ -60,11 +60,13 @@ def output_error(p: QuantParams, y_sim: list[np.ndarray], y_float: list[np.ndarr
 
 def refine_output_grids(graph: Graph, sel: Selection, plan: dict[str, QuantParams],
                         batches: Iterable[dict[str, np.ndarray]], window: float = 0.03,
-                        candidates: int = 121, min_drop: float = MIN_DROP) -> dict[str, dict]:
+                        candidates: int = 121, min_drop: float = MIN_DROP,
+                        float_outputs: list[list[np.ndarray]] | None = None) -> dict[str, dict]:
     """Re-choose the magnitude of each output group in ``plan`` (changed in place) where a
     candidate lowers the calibration error by at least the fraction ``min_drop`` (module
-    docstring). Returns, per changed group representative, the old and new ``m`` and the
-    errors."""
+    docstring). ``float_outputs``: the float model's outputs on the same batches, when
+    calibration kept them (else computed here). Returns, per changed group representative,
+    the old and new ``m`` and the errors."""
     groups = output_groups(graph, sel, plan)
     if not groups:
         return {}
@@ -72,9 +74,10 @@ def refine_output_grids(graph: Graph, sel: Selection, plan: dict[str, QuantParam
     rest = {t: p for t, p in plan.items() if t not in names}
     idx = {v.name: i for i, v in enumerate(graph.outputs)}
     sims, refs = [], []
-    for f in batches:  # one pass over the batches; only the outputs are kept
+    for i, f in enumerate(batches):  # one pass over the batches; only the outputs are kept
         sims.append(simulate(graph, rest, f))
-        refs.append(simulate(graph, {}, f))
+        refs.append(float_outputs[i] if float_outputs is not None and i < len(float_outputs)
+                    else simulate(graph, {}, f))
     if not sims:
         return {}
     changed = {}

@@ -102,7 +102,8 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
 
         # every calibration batch (as calibrate): fitted on a few, the grid followed those
         # (digits CNN, 4 of 64 images: 1.4 dB lower on held-out images than no refit)
-        grids = refine_output_grids(graph, sel, plan, data.batches(settings.max_batches))
+        grids = refine_output_grids(graph, sel, plan, data.batches(settings.max_batches),
+                                    float_outputs=stats.outputs or None)
         if grids and mixed is not None:  # the reported SQNR is the final plan's
             from corefold.passes.quantize.mixed import simulate, sqnr_db
 
