@@ -49,6 +49,7 @@ from corefold.backend.executable import (
     Weight,
     target_fingerprint,
 )
+from corefold.passes.quantize.integer import ACTIVATIONS
 from corefold.errors import CorefoldError
 
 MAGIC = b"\x89CFX\r\n\x1a\n"
@@ -59,7 +60,8 @@ OPCODES = {Compute: 1, DmaLoad: 2, DmaStore: 3, Copy: 4, Send: 5, Recv: 6, Signa
 #: The format version that introduced each opcode; a file is written with the lowest
 #: version that holds all of its instructions (docs/executable.md).
 OPCODE_VERSION = {9: 2}
-#: The format version that introduced interleaved DRAM regions (a ninth REGS field).
+#: The format version that introduced interleaved DRAM regions (a ninth REGS field) and the
+#: float activations of integer ops beyond Relu.
 INTERLEAVE_VERSION = 3
 UNIT_CODES = {"dma": 0, "matrix": 1, "vector": 2}
 NO_ENGINE = 0xFF
@@ -278,7 +280,8 @@ def to_bytes(exe: Executable) -> bytes:
 
     prog = struct.pack("<I", len(exe.programs))
     version = max((OPCODE_VERSION.get(OPCODES[type(i)], 1) for _, _, i in exe.instructions()), default=1)
-    if any(r.interleave != 1 for r in exe.regions):
+    if any(r.interleave != 1 for r in exe.regions) or any(
+            o.quant is not None and o.quant.activation not in (None, "Relu") for o in exe.ops):
         version = max(version, INTERLEAVE_VERSION)
     for p in exe.programs:
         body = b"".join(encode_instruction(i) for i in p.instructions)
@@ -382,6 +385,10 @@ def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executa
             raise CfxError(f"{what}: built for target '{fp.name}' ({fp.digest[:12]}), not for '{want.name}' "
                            f"({want.digest[:12]})")
     ops = [_op_back(d) for d in json.loads(sec["OPST"])]
+    for o in ops:
+        act = o.quant.activation if o.quant is not None else None
+        if act not in (None, "Relu") and (version < INTERLEAVE_VERSION or act not in ACTIVATIONS):
+            raise CfxError(f"{what}: op '{o.name}' has activation {act!r}, unknown to format version {version}")
     buffers = [Buffer(i, tuple(c), o, n, tuple(s), dt, k, nm) for i, c, o, n, s, dt, k, nm in json.loads(sec["BUFS"])]
     regions = []
     for entry in json.loads(sec["REGS"]):

@@ -197,21 +197,24 @@ class QuantTensor:
 @dataclass(frozen=True)
 class QuantOp:
     """An operator computed on integers, as :class:`corefold.passes.quantize.integer.IntegerRunner`
-    computes the pattern ``DequantizeLinear -> op [-> Relu] -> QuantizeLinear``.
+    computes the pattern ``DequantizeLinear -> op [-> activation] -> QuantizeLinear``.
 
     Semantics, exactly (the simulator must reproduce them bit for bit): build the graph
     where op input ``i`` is ``DequantizeLinear(x_i, inputs[i].scale, inputs[i].zero_point,
     axis=inputs[i].axis)`` (or ``x_i`` itself when ``inputs[i]`` is None), the op
-    (:class:`Op` type and attributes) follows, then ``Relu`` when ``activation == "Relu"``,
-    then ``QuantizeLinear(., output.scale, output.zero_point)`` producing ``output.dtype``;
-    and run it with ``IntegerRunner`` (integer accumulation, one rounding
-    ``rint(acc * multiplier)`` with ties to even, clip to the integer range).
+    (:class:`Op` type and attributes) follows, then the activation (``Relu``; ``Sigmoid``
+    and ``Mul`` of the op's output for ``"Silu"``; the one node of that type for
+    ``"HardSwish"``, ``"Sigmoid"``, ``"Tanh"``), then ``QuantizeLinear(., output.scale,
+    output.zero_point)`` producing ``output.dtype``; and run it with ``IntegerRunner``
+    (integer accumulation, one rounding ``rint(acc * multiplier)`` with ties to even, clip
+    to the integer range; a float activation is applied in float64 to the dequantized
+    accumulator before that rounding).
     ``corefold.backend.kernels.run_op`` does exactly that.
 
     Attributes:
         inputs: per op input, its quantization (None: read as is, e.g. an int64 table).
         output: the output's quantization; the op's output dtype is ``output.dtype``.
-        activation: ``"Relu"`` or None.
+        activation: one of ``corefold.passes.quantize.integer.ACTIVATIONS`` or None.
     """
 
     inputs: tuple[QuantTensor | None, ...]

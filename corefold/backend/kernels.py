@@ -69,8 +69,10 @@ def _integer_graph(op: Op):
         ins.append(dq.outputs[0])
     node = g.make_node(op.op_type, ins, dict(op.attrs), name="op")
     y = node.outputs[0]
-    if q.activation == "Relu":
-        y = g.make_node("Relu", [y], name="act").outputs[0]
+    if q.activation == "Silu":
+        y = g.make_node("Mul", [y, g.make_node("Sigmoid", [y], name="sigmoid").outputs[0]], name="act").outputs[0]
+    elif q.activation is not None:
+        y = g.make_node(q.activation, [y], name="act").outputs[0]
     s = g.add_constant("sy", q.output.scale)
     z = g.add_constant("zy", q.output.zero_point)
     out = Value("y", op.output_shapes[0], q.output.dtype)

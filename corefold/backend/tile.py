@@ -123,7 +123,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
             continue
         out_dtype = q.outputs[0].dtype
         quant = QuantOp(tuple(qins), _quant_tensor(out_scale, _const(zp_v), None, out_dtype),
-                        "Relu" if act is not None else None)
+                        act.kind if act is not None else None)
         y = q.outputs[0]
         probe = Node(src.op_type, ins, [Value("probe", y.shape, y.dtype)], dict(src.attrs))
         fits = touched_bytes(probe) <= threshold
@@ -137,7 +137,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
             continue  # NOTE: only a cut over a reduced dimension would fit: stays float QDQ
         tmp = Value("__fused", y.shape, y.dtype)
         graph.replace_all_uses(y, tmp)
-        for n in [q] + ([act] if act is not None else []) + [src]:
+        for n in [q, *(reversed(act.nodes) if act is not None else ()), src]:
             if n.graph is graph and all(not o.uses() and id(o) not in outputs for o in n.outputs):
                 graph.remove_node(n)
         node = Node(src.op_type, ins, [y], dict(src.attrs), name=src.name + "_int", domain=INTEGER_DOMAIN)

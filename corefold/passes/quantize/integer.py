@@ -1,7 +1,7 @@
 """Integer execution of a QDQ graph: integer inputs, exact integer accumulation, requantization.
 
 For every ``QuantizeLinear`` whose input is computed by an op all of whose float inputs are
-``DequantizeLinear`` outputs (pattern ``DQ -> op [-> Relu/Clip] -> Q``), the quantized output
+``DequantizeLinear`` outputs (pattern ``DQ -> op [-> activation] -> Q``), the quantized output
 is computed from the integers, as an integer-only chip does:
 
 * Conv / ConvTranspose-free / MatMul / Gemm: ``acc = sum (x - zx)(w - zw)`` exactly
@@ -14,6 +14,14 @@ is computed from the integers, as an integer-only chip does:
 * data movement and max (Reshape, Transpose, MaxPool, Concat, Relu, Pad, ...): applied to
   the integers, rescaled only when the input and output scales differ.
 
+The activation fused before the Q (:data:`ACTIVATIONS`) is Relu (or Clip at 0) after any
+of the first two kinds, applied to the rounded integers; or, after a Conv, MatMul or Gemm,
+SiLU (``Sigmoid`` and ``Mul`` of the accumulator), HardSwish, Sigmoid or Tanh, the
+quantizer's activation regions (``select.activation_region``): the exact accumulator is
+dequantized (``acc * sx * sw`` in float64), the activation applied in float64 on the
+vector unit, and the result quantized, ``q = clip(round(f(acc sx sw) / sy) + zy)``; the
+float graph computes the same function of a float32 accumulator.
+
 Any other op (Softmax, LayerNormalization, Erf, ...), and an elementwise or layout op reading
 a per-axis dequantized constant (position embeddings, an embedding table), runs in float
 between its DQ and Q, as ONNX Runtime does for ops without an integer kernel. The reference
@@ -24,8 +32,10 @@ corefold and ONNX Runtime agree within one quantization step per element. O(sum 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+from scipy.special import expit
 
 from corefold import ops
 from corefold.errors import UnsupportedOpError
@@ -97,10 +107,36 @@ def conv_integer(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     return res.reshape((n, w.shape[0]) + tuple(out)).astype(np.int64)
 
 
+#: Activations fused between an integer operator and its QuantizeLinear (module docstring);
+#: all but Relu are computed in float on the dequantized accumulator of a linear operator.
+ACTIVATIONS = ("Relu", "Silu", "HardSwish", "Sigmoid", "Tanh")
+
+_FLOAT_ACTIVATIONS = {
+    "Silu": lambda v: v * expit(v),
+    "HardSwish": lambda v: v * np.clip(v / 6.0 + 0.5, 0.0, 1.0),
+    "Sigmoid": expit,
+    "Tanh": np.tanh,
+}
+
+
+class Activation(NamedTuple):
+    """The activation fused into an integer pattern: its kind (:data:`ACTIVATIONS`) and the
+    graph nodes computing it (Relu or Clip; Sigmoid and Mul for SiLU; the one node else)."""
+
+    kind: str
+    nodes: tuple[Node, ...]
+
+
 def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: np.dtype,
-                relu: bool = False) -> np.ndarray:
-    y = np.rint(acc.astype(np.float64) * multiplier)
-    if relu:
+                relu: bool = False, act: str | None = None, ys: np.ndarray | None = None) -> np.ndarray:
+    """``clip(round(acc M) + zp)``; with a float activation ``act``,
+    ``clip(round(f(acc M ys) / ys) + zp)``."""
+    if act is not None and act != "Relu":
+        v = _FLOAT_ACTIVATIONS[act](acc.astype(np.float64) * multiplier * ys)
+        y = np.rint(v / ys)
+    else:
+        y = np.rint(acc.astype(np.float64) * multiplier)
+    if relu or act == "Relu":
         y = np.maximum(y, 0)
     lo, hi = _int_range(dtype)
     return np.clip(y + zp, lo, hi).astype(dtype)
@@ -110,6 +146,29 @@ def _per_axis(dq: Node) -> bool:
     """Whether a DequantizeLinear has a per-axis scale (more than one value)."""
     scale = dq.inputs[1]
     return scale is not None and scale.const is not None and np.size(scale.const) > 1
+
+
+def _float_activation(node: Node) -> tuple[Activation, Node] | None:
+    """``node`` as the last node of a float activation after a linear operator (module
+    docstring): the activation and that operator, or None. Each tensor inside is read only
+    inside the pattern. O(readers)."""
+    def linear_alone(v: Value, readers: int) -> Node | None:
+        p = v.producer
+        ok = p is not None and integer_kind(p) == "linear" and len(v.consumers()) == readers
+        return p if ok else None
+
+    if node.op_type in ("HardSwish", "Sigmoid", "Tanh") and not node.attrs:
+        src = linear_alone(node.inputs[0], 1)
+        return (Activation(node.op_type, (node,)), src) if src is not None else None
+    if node.op_type == "Mul" and len(node.inputs) == 2:
+        for c, s in (node.inputs, node.inputs[::-1]):
+            sig = s.producer if s is not None else None
+            if (sig is not None and sig.op_type == "Sigmoid" and sig.inputs[0] is c and len(s.consumers()) == 1
+                    and c is not s):
+                src = linear_alone(c, 2)
+                if src is not None:
+                    return Activation("Silu", (sig, node)), src
+    return None
 
 
 class IntegerRunner(Interpreter):
@@ -122,7 +181,7 @@ class IntegerRunner(Interpreter):
 
     def __init__(self, graph: Graph):
         super().__init__(graph)
-        self.plan: dict[Node, tuple[Node, Node | None]] = {}
+        self.plan: dict[Node, tuple[Node, Activation | None]] = {}
         for q in graph.nodes:
             if q.op_type != "QuantizeLinear":
                 continue
@@ -132,7 +191,11 @@ class IntegerRunner(Interpreter):
                 inner = src.inputs[0].producer
                 if (inner is not None and integer_kind(inner) in ("linear", "add")
                         and len(src.inputs[0].consumers()) == 1 and self._clip_is_relu(src)):
-                    act, src = src, inner
+                    act, src = Activation("Relu", (src,)), inner
+            elif src is not None:
+                found = _float_activation(src)
+                if found is not None:
+                    act, src = found
             kind = integer_kind(src) if src is not None else None
             if kind is None:
                 continue
@@ -147,8 +210,9 @@ class IntegerRunner(Interpreter):
         self.integer_nodes = [q.name for q in self.plan]
         skip: set[Node] = set()
         for _q, (src, act) in self.plan.items():
-            for n in (src, act):
-                if n is not None and all(c in self.plan or c is act for v in n.outputs for c in v.consumers()) \
+            inner = act.nodes if act is not None else ()
+            for n in (src, *inner):
+                if all(c in self.plan or c in inner for v in n.outputs for c in v.consumers()) \
                         and not any(v in graph.outputs for v in n.outputs):
                     skip.add(n)
         self.skip = skip
@@ -173,14 +237,15 @@ class IntegerRunner(Interpreter):
             qi = qi - (_axis_shape(z, qi.ndim, axis) if axis is not None else z)
         return _QIn(qi, scale, axis)
 
-    def _integer(self, q: Node, src: Node, act: Node | None, env: dict[str, np.ndarray]) -> np.ndarray:
+    def _integer(self, q: Node, src: Node, act: Activation | None, env: dict[str, np.ndarray]) -> np.ndarray:
         ys = np.asarray(env[q.inputs[1]], np.float64)
         zy_arr = env[q.inputs[2]] if len(q.inputs) > 2 and q.inputs[2] is not None else np.zeros((), np.uint8)
         if ys.ndim:
             raise UnsupportedOpError(f"per-axis activation scale on '{q.name}'")
         zy = np.asarray(zy_arr).astype(np.int64)
         dtype = np.asarray(zy_arr).dtype
-        relu = act is not None
+        kind = act.kind if act is not None else None
+        relu = kind == "Relu"
         op = src.op_type
         ins = [self._qin(v, env) if v is not None and np.issubdtype(v.dtype, np.floating) else
                (env[v] if v is not None else None) for v in src.inputs]
@@ -191,7 +256,7 @@ class IntegerRunner(Interpreter):
             mult = x.scale * sw
             if len(ins) > 2 and ins[2] is not None:
                 acc = acc + self._bias(ins[2], mult, acc.ndim, 1)
-            return _requantize(acc, _axis_shape(np.asarray(mult / ys), acc.ndim, 1), zy, dtype, relu)
+            return _requantize(acc, _axis_shape(np.asarray(mult / ys), acc.ndim, 1), zy, dtype, relu, kind, ys)
         if op == "MatMul":
             a, b = ins
             acc = np.matmul(a.q.astype(np.float64), b.q.astype(np.float64)).astype(np.int64)
@@ -202,7 +267,7 @@ class IntegerRunner(Interpreter):
                 sb = sb.reshape(-1)
             if a.axis is not None:
                 raise UnsupportedOpError(f"MatMul '{src.name}': per-axis scale on the left input")
-            return _requantize(acc, a.scale * sb / ys, zy, dtype, relu)
+            return _requantize(acc, a.scale * sb / ys, zy, dtype, relu, kind, ys)
         if op == "Gemm":
             a, b = ins[0], ins[1]
             am = a.q.T if src.attrs.get("transA", 0) else a.q
@@ -215,7 +280,7 @@ class IntegerRunner(Interpreter):
                 if beta != 1.0 or alpha != 1.0:
                     raise UnsupportedOpError(f"Gemm '{src.name}': integer bias needs alpha = beta = 1")
                 acc = acc + self._bias(ins[2], mult, acc.ndim, -1)
-            return _requantize(acc, mult / ys, zy, dtype, relu)
+            return _requantize(acc, mult / ys, zy, dtype, relu, kind, ys)
         if op in ("Add", "Sub", "Mul"):
             a, b = ins
             if not isinstance(a, _QIn) or not isinstance(b, _QIn) or a.axis is not None or b.axis is not None:
