@@ -6,7 +6,7 @@ from corefold.backend.testing import max_relative_error, small_target
 from corefold.errors import CompileError
 from corefold.executor import random_inputs, run
 from corefold.frontend.onnx import load_model
-from corefold.ir import Graph, to_text
+from corefold.ir import Graph, parse, to_text
 from corefold.target import load_target
 
 TINY_CNN = "corefold/examples/tiny_cnn.onnx"
@@ -276,3 +276,27 @@ def test_dram_regions_striped_or_on_one_channel_compute_the_same(interleave):
     want = run(g, feeds)
     sim = run_simulation(exe, feeds, t)
     assert max_relative_error(want, sim.outputs) <= 1e-5
+
+
+def test_a_silu_after_an_integer_conv_is_one_integer_op_and_simulates_exactly():
+    """The QDQ pattern ``DQ -> Conv -> Sigmoid, Mul -> Q`` lowers to one integer op with
+    activation ``Silu`` (no float tensor crosses the NoC or DRAM), the simulation equals the
+    integer runner bit for bit, and the file is format version 3."""
+    from corefold.backend.cfx import from_bytes, to_bytes
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.passes.quantize.qdq_test import silu_qdq_text
+    from corefold.sim.simulate import run_simulation
+
+    rng = np.random.default_rng(2)
+    g = parse(silu_qdq_text(rng))
+    t = load_target("npu-2x2")
+    exe = lower(g, t)
+    check_executable(exe, t)
+    assert exe.ops and {(o.op_type, o.quant.activation) for o in exe.ops} == {("Conv", "Silu")}  # cut in pieces
+    assert all(b.dtype != "float32" for b in exe.buffers if b.kind == "activation")
+    xq = rng.integers(-128, 128, (1, 2, 5, 5)).astype(np.int8)
+    want = IntegerRunner(g).run({"xq": xq})["y"]
+    np.testing.assert_array_equal(run_simulation(exe, {"xq": xq}, t).outputs["y"], want)
+    data = to_bytes(exe)
+    assert data[8:10] == b"\x03\x00"
+    assert from_bytes(data, target=t).ops == exe.ops

@@ -137,6 +137,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
             continue  # NOTE: only a cut over a reduced dimension would fit: stays float QDQ
         tmp = Value("__fused", y.shape, y.dtype)
         graph.replace_all_uses(y, tmp)
+        outputs = set(map(id, graph.outputs))  # y, if it was one, is now tmp
         for n in [q, *(reversed(act.nodes) if act is not None else ()), src]:
             if n.graph is graph and all(not o.uses() and id(o) not in outputs for o in n.outputs):
                 graph.remove_node(n)

@@ -377,3 +377,97 @@ def test_position_embeddings_take_per_channel_scales(tmp_path):
         assert np.abs(default.run(None, feeds)[0] - want).max() <= bound
         assert np.abs(runner.run(feeds)["y"] - want).max() <= bound
         assert _sqnr(run(ref_graph, feeds)["y"], want) > 25
+
+
+def _act_text(rng) -> str:
+    f = lambda a: json.dumps([round(float(v), 4) for v in a.ravel()])  # noqa: E731
+    ws = [rng.standard_normal((4, c, 3, 3)) * 0.4 for c in (2, 4, 4, 4, 4)]
+    bs = [rng.standard_normal(4) * 0.1 for _ in ws]
+    consts = "\n".join(f"const w{i}: float32[4, {w.shape[1]}, 3, 3] = {f(w)}\nconst b{i}: float32[4] = {f(b)}"
+                       for i, (w, b) in enumerate(zip(ws, bs, strict=True)))
+    return f"""graph acts opset 21
+input x: float32[1, 2, 6, 6]
+{consts}
+node conv0 = Conv(x, w0, b0) attrs {{"pads": [1, 1, 1, 1]}} -> (c0: float32[1, 4, 6, 6])
+node sig0 = Sigmoid(c0) -> (s0: float32[1, 4, 6, 6])
+node silu0 = Mul(c0, s0) -> (a0: float32[1, 4, 6, 6])
+node conv1 = Conv(a0, w1, b1) attrs {{"pads": [1, 1, 1, 1]}} -> (c1: float32[1, 4, 6, 6])
+node hs1 = HardSwish(c1) -> (a1: float32[1, 4, 6, 6])
+node conv2 = Conv(a1, w2, b2) attrs {{"pads": [1, 1, 1, 1]}} -> (c2: float32[1, 4, 6, 6])
+node sg2 = Sigmoid(c2) -> (a2: float32[1, 4, 6, 6])
+node conv3 = Conv(a2, w3, b3) attrs {{"pads": [1, 1, 1, 1]}} -> (c3: float32[1, 4, 6, 6])
+node th3 = Tanh(c3) -> (a3: float32[1, 4, 6, 6])
+node conv4 = Conv(a3, w4, b4) attrs {{"pads": [1, 1, 1, 1]}} -> (c4: float32[1, 4, 6, 6])
+node sig4 = Sigmoid(c4) -> (s4: float32[1, 4, 6, 6])
+node silu4 = Mul(s4, c4) -> (y: float32[1, 4, 6, 6])
+output y
+"""
+
+
+def test_float_activations_after_a_conv_run_on_its_integer_accumulator(tmp_path):
+    """SiLU (both operand orders), HardSwish, Sigmoid and Tanh after a Conv are fused into the
+    integer pattern: the exact accumulator, dequantized, goes through the activation in
+    float64 and is quantized once. Within one output step of ONNX Runtime's float QDQ
+    evaluation, and equal to that computation by hand."""
+    from corefold.passes.quantize.integer import conv_integer
+
+    rng = np.random.default_rng(0)
+    text = _act_text(rng)
+    graph = parse(text)
+    res = quantize_graph(graph, _calib(tmp_path, graph, rng), QuantizeSettings(quantize_outputs=True),
+                         progress=False)
+    runner = IntegerRunner(graph)
+    kinds = {q.outputs[0].name: act.kind for q, (src, act) in runner.plan.items() if act is not None}
+    assert sorted(kinds.values()) == ["HardSwish", "Sigmoid", "Silu", "Silu", "Tanh"]
+    sess = _ort(graph)
+    step = {t: 1.0 / float(res.plan[t].k) for t in ("y",)}
+    for _ in range(4):
+        x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = runner.run({"x": x})["y"]
+        assert np.abs(got - want).max() <= step["y"] * 1.0001 + 4 * np.spacing(np.abs(want).max())
+
+
+def silu_qdq_text(rng, silu_order: str = "c, s") -> str:
+    """A hand-made QDQ graph ``Q(SiLU(Conv(DQ(xq), DQ(wq per channel))))`` (int8 throughout)."""
+    f = lambda a: json.dumps([int(v) for v in a.ravel()])  # noqa: E731
+    wq = rng.integers(-127, 128, (3, 2, 3, 3))
+    return f"""graph silu opset 21
+input xq: int8[1, 2, 5, 5]
+const sx: float32[] = [0.05]
+const zx: int8[] = [0]
+const wq: int8[3, 2, 3, 3] = {f(wq)}
+const sw: float32[3] = [0.003, 0.005, 0.002]
+const zw: int8[3] = [0, 0, 0]
+const sy: float32[] = [0.04]
+const zy: int8[] = [0]
+node dqx = DequantizeLinear(xq, sx, zx) -> (x: float32[1, 2, 5, 5])
+node dqw = DequantizeLinear(wq, sw, zw) attrs {{"axis": 0}} -> (w: float32[3, 2, 3, 3])
+node conv = Conv(x, w) attrs {{"pads": [1, 1, 1, 1]}} -> (c: float32[1, 3, 5, 5])
+node sig = Sigmoid(c) -> (s: float32[1, 3, 5, 5])
+node silu = Mul({silu_order}) -> (a: float32[1, 3, 5, 5])
+node q = QuantizeLinear(a, sy, zy) -> (y: int8[1, 3, 5, 5])
+output y
+"""
+
+
+@pytest.mark.parametrize("order", ["c, s", "s, c"])
+def test_silu_after_a_conv_by_hand(order):
+    """``q = clip(rint(silu(acc * sx * sw) / sy))`` with the exact integer accumulator, and at
+    most one step from the float QDQ graph (which the executor runs)."""
+    from scipy.special import expit
+
+    from corefold.passes.quantize.integer import conv_integer
+
+    rng = np.random.default_rng(1)
+    g = parse(silu_qdq_text(rng, order))
+    runner = IntegerRunner(g)
+    assert runner.integer_nodes == ["q"] and runner.plan[g.node("q")][1].kind == "Silu"
+    xq = rng.integers(-128, 128, (1, 2, 5, 5)).astype(np.int8)
+    got = runner.run({"xq": xq})["y"]
+    acc = conv_integer(xq.astype(np.int64), g.value("wq").const.astype(np.int64), {"pads": [1, 1, 1, 1]})
+    v = acc * (np.float64(np.float32(0.05)) * np.float32([0.003, 0.005, 0.002]).astype(np.float64)[None, :, None, None])
+    want = np.clip(np.rint(v * expit(v) / np.float64(np.float32(0.04))), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got, want)
+    ref = run(g, {"xq": xq})["y"]
+    assert np.abs(got.astype(np.int64) - ref.astype(np.int64)).max() <= 1
