@@ -49,8 +49,8 @@ from corefold.backend.executable import (
     Weight,
     target_fingerprint,
 )
-from corefold.passes.quantize.integer import ACTIVATIONS
 from corefold.errors import CorefoldError
+from corefold.passes.quantize.integer import ACTIVATIONS
 
 MAGIC = b"\x89CFX\r\n\x1a\n"
 HEADER = struct.Struct("<8sHHII12s")  # magic, version, reserved, sections, table crc, reserved

@@ -409,7 +409,6 @@ def test_float_activations_after_a_conv_run_on_its_integer_accumulator(tmp_path)
     integer pattern: the exact accumulator, dequantized, goes through the activation in
     float64 and is quantized once. Within one output step of ONNX Runtime's float QDQ
     evaluation, and equal to that computation by hand."""
-    from corefold.passes.quantize.integer import conv_integer
 
     rng = np.random.default_rng(0)
     text = _act_text(rng)
