@@ -23,6 +23,7 @@ import numpy as np
 from corefold.errors import CapacityError, InternalError
 from corefold.ir import Graph, Node, Value
 from corefold.ir.domains import MEMORY_DOMAIN
+from corefold.passes.memory.batchsplit import split_for_budget
 from corefold.passes.memory.evictions import Eviction, UseGaps
 from corefold.passes.memory.memsim import (
     StepProfile,
@@ -130,6 +131,12 @@ AUTO_TRIES = ("auto", "both", "swap")
 def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = None) -> MemoryResult:
     """Plan and insert reductions and restores into ``graph``.
 
+    In budget mode with ``split = "auto"``, a budget below the floor (or one no plan
+    reaches) first cuts the neediest operators along their batch
+    (:func:`~corefold.passes.memory.batchsplit.split_for_budget`, in place) and plans
+    the cut graph; the report's ``split`` then lists the cut operators with their piece
+    counts and ``floor_unsplit``, and ``floor`` is the floor after cutting.
+
     With ``reduction = "auto"`` in budget mode, plans are made on copies with each of
     :data:`AUTO_TRIES` and the one with the shortest simulated time that fits is returned
     (``result.graph`` is then that copy); otherwise ``graph`` is changed in place.
@@ -148,6 +155,24 @@ def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = 
         InternalError: the transformed graph misses the budget in the step model.
     """
     settings = settings or preset(MemorySettings)
+    try:
+        return _plan_reductions(graph, target, settings)
+    except (BudgetError, PlanError) as exc:
+        if settings.mode != "budget" or settings.split == "off":
+            raise
+        budget = settings.budget_bytes if settings.budget_bytes is not None else default_budget(target)
+        floor_unsplit, _ = floor_bytes(build_program(graph))
+        records, refused = split_for_budget(graph, budget, settings.max_pieces, settings.split_goal)
+        if not records:
+            if refused:
+                raise type(exc)(f"{exc}; batch splitting refused: {refused[0]}") from exc
+            raise
+    result = _plan_reductions(graph, target, settings)
+    result.report["split"] = {"floor_unsplit": int(floor_unsplit), "ops": records, "refused": refused}
+    return result
+
+
+def _plan_reductions(graph: Graph, target: Target, settings: MemorySettings) -> MemoryResult:
     if settings.mode == "budget" and settings.reduction == "auto":
         best: MemoryResult | None = None
         error: Exception | None = None
