@@ -7,7 +7,12 @@ import pytest
 from corefold.executor import run
 from corefold.ir import parse, verify
 from corefold.passes.memory import BudgetError, MemorySettings, measure, plan_memory
-from corefold.passes.memory.batchsplit import SplitRefused, find_region, split_for_budget, split_region
+from corefold.passes.memory.batchsplit import (
+    SplitRefused,
+    find_region,
+    split_for_budget,
+    split_region,
+)
 from corefold.passes.memory.memory_pass import clone_graph
 from corefold.passes.memory.memsim import floor_bytes
 from corefold.passes.memory.program import build_program

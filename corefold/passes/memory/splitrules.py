@@ -139,6 +139,8 @@ def _reduce_sum(node: Node, states: list[State | None], axis: int) -> Cut | None
 
 def _onnx(node: Node, states: list[State | None], axis: int | None) -> Cut | None:
     """The operator table's split facet, restricted to cuts the split inputs agree with."""
+    if node.op_type == "MaxPool" and len(node.outputs) > 1 and "aten" not in node.meta:
+        return None  # ONNX's indices count across the batch; aten's (per plane) do not
     try:
         cands, _ = candidate_axes(node)
     except Exception:  # noqa: BLE001 - an operator the table cannot describe is not cut
