@@ -7,7 +7,8 @@ cross-entropy or split convolution backward do, lowers it. One operator cannot b
 alone: its full-size inputs and outputs would still exist. So the pass cuts a *region*:
 starting at the floor's operator, every producer and reader of a *large* storage (at least
 a quarter of the largest one the operator touches, graph outputs excepted) joins, until
-closed. Inside the region
+closed; an earlier region's joins and slices stay outside (a new region slices the one's
+output and joins what the other reads). Inside the region
 no large value exists whole: each is ``k`` separate pieces (storages the planner can swap
 one by one). At the region's edge, inputs from outside are cut by ``Slice`` (a view on
 axis 0) and outputs read outside are joined: ``Concat`` for split values, a running
@@ -74,6 +75,10 @@ class Region:
     hoist: list[list[Node]] = field(default_factory=list)
 
 
+def _is_join(node: Node) -> bool:
+    return node.meta.get("batch_split") == "join" and node.op_type == "Concat"
+
+
 def find_region(program: Program, seed: Node) -> Region:
     """The region to cut around compute node ``seed``. O(V + E).
 
@@ -102,7 +107,15 @@ def find_region(program: Program, seed: Node) -> Region:
         if id(s) in seen_s:
             continue
         seen_s[id(s)] = s
-        nodes = [m.producer for m in s.members if m.producer is not None] + [n for n, _, _ in s.uses()]
+        # an earlier cut's joins and slices stay outside: a join's whole output is sliced
+        # here, a slice reads this region's output joined
+        nodes = []
+        for m in s.members:
+            if m.producer is not None and m.producer.meta.get("batch_split") == "slice":
+                continue  # an earlier slice (a view) and what reads it
+            if m.producer is not None and not _is_join(m.producer):
+                nodes.append(m.producer)
+            nodes += [u.node for u in m.uses() if u.node.meta.get("batch_split") != "slice"]
         for n in nodes:
             if n not in ops:
                 ops.add(n)
