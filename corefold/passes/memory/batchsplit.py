@@ -123,6 +123,11 @@ def find_region(program: Program, seed: Node) -> Region:
     pos = {n: i for i, n in enumerate(program.order)}
     order = sorted(ops, key=pos.__getitem__)
     large = {id(m) for s in seen_s.values() for m in s.members}
+    # the batch: the leading dimension of the largest activation the seed touches
+    biggest = max((v for v in list(seed.inputs) + list(seed.outputs)
+                   if v is not None and v.shape and not program.storage_of[id(v)].resident),
+                  key=lambda v: v.nbytes, default=None)
+    batch = int(biggest.shape[0]) if biggest is not None else None
     cuts: dict[Node, Cut] = {}
     states: dict[int, State] = {}
     lengths: list[int] = []
@@ -132,7 +137,7 @@ def find_region(program: Program, seed: Node) -> Region:
         # a joined value (partial sum, loss) is read whole, like an outside one
         ins = [states.get(id(v)) if v is not None else None for v in n.inputs]
         ins = [st if st is not None and st.kind == SPLIT else None for st in ins]
-        cut = cut_of(n, ins)
+        cut = cut_of(n, ins, batch)
         if cut is None:
             raise SplitRefused(f"no batch-split rule for '{n.name}' ({n.op_type})")
         for v, a, st in zip(n.inputs, cut.inputs, ins, strict=True):

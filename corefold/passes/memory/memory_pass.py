@@ -141,8 +141,10 @@ def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = 
     reaches) cuts the neediest operators of a copy along their batch
     (:func:`~corefold.passes.memory.batchsplit.split_for_budget`) and plans the copy
     (``result.graph``; ``graph`` is left as it was); the report's ``split`` lists the
-    cut operators with their piece counts and ``floor_unsplit``, and ``floor`` is the
-    floor after cutting.
+    cut operators with their piece counts, ``floor_unsplit``, and the cut graph's peak
+    and time before swapping (``peak_cut``, ``time_cut``); ``floor`` is the floor after
+    cutting, while ``peak_before``, ``time_before`` and ``overhead`` compare with the
+    graph as given (``result.before`` measures it).
 
     With ``reduction = "auto"`` in budget mode, plans are made on copies with each of
     :data:`AUTO_TRIES` and the one with the shortest simulated time that fits is returned
@@ -176,7 +178,15 @@ def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = 
                 raise type(exc)(f"{exc}; batch splitting refused: {refused[0]}") from exc
             raise
     result = _plan_reductions(cut, target, settings)
-    result.report["split"] = {"floor_unsplit": int(floor_unsplit), "ops": records, "refused": refused}
+    r = result.report
+    # "before" is the graph as given: the overhead counts the cutting too
+    whole = measure(graph, target)
+    r["split"] = {"floor_unsplit": int(floor_unsplit), "ops": records, "refused": refused,
+                  "peak_cut": r["peak_before"], "time_cut": r["time_before"]}
+    r["peak_before"], r["timed_peak_before"] = int(whole.step_peak), int(whole.timed.peak)
+    r["time_before"] = tb = whole.schedule.makespan
+    r["overhead"] = (r["time_after"] / tb - 1.0) if tb > 0 else 0.0
+    result.before = whole
     return result
 
 

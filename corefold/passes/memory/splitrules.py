@@ -137,14 +137,19 @@ def _reduce_sum(node: Node, states: list[State | None], axis: int) -> Cut | None
     return Cut([axis, *rest], [State(SPLIT, out_axis)])
 
 
-def _onnx(node: Node, states: list[State | None], axis: int | None) -> Cut | None:
-    """The operator table's split facet, restricted to cuts the split inputs agree with."""
+def _onnx(node: Node, states: list[State | None], axis: int | None, batch: int | None = None) -> Cut | None:
+    """The operator table's split facet, restricted to cuts the split inputs agree with;
+    with no input cut, the first row-like cut whose output axis is a multiple of ``batch``
+    (else axis 0)."""
     if node.op_type == "MaxPool" and len(node.outputs) > 1 and "aten" not in node.meta:
         return None  # ONNX's indices count across the batch; aten's (per plane) do not
     try:
         cands, _ = candidate_axes(node)
     except Exception:  # noqa: BLE001 - an operator the table cannot describe is not cut
         return None
+    if axis is None and batch:  # the axes whose length is a multiple of the batch first
+        out = node.outputs[0].shape
+        cands = sorted(cands, key=lambda a: a.output is None or out[a.output[0]] % batch != 0)
     for ax in cands:
         if ax.scales_group:
             continue
@@ -154,7 +159,8 @@ def _onnx(node: Node, states: list[State | None], axis: int | None) -> Cut | Non
                 ok = False
         if not ok:
             continue
-        if axis is None and (ax.reduce or ax.output is None or ax.output[0] != 0):
+        if axis is None and (ax.reduce or ax.output is None
+                             or (ax.output[0] != 0 and not (batch and node.outputs[0].shape[ax.output[0]] % batch == 0))):
             continue  # a region's first operator is cut on its batch (rows)
         cut = [None if c is None else c[0] for c in ax.inputs]
         cut += [None] * (len(node.inputs) - len(cut))
@@ -212,14 +218,19 @@ def _aten(node: Node, states: list[State | None], axis: int | None) -> Cut | Non
     return None
 
 
-def cut_of(node: Node, states: list[State | None]) -> Cut | None:
+def cut_of(node: Node, states: list[State | None], batch: int | None = None) -> Cut | None:
     """How to cut ``node`` given its inputs' states (None: from outside the region, whole),
     or None when no rule applies. A node none of whose inputs is split (the first of a
-    region) is cut on axis 0. O(rank) (O(rank + table rule) for ONNX operators)."""
+    region) is cut on an axis whose length is a multiple of ``batch`` (the region seed's
+    leading dimension), else on axis 0. O(rank) (O(rank + table rule) for ONNX operators)."""
     try:
         axis = _axis_of(states)
     except ValueError:
-        return None
+        if node.domain or node.meta.get("view") or any(s is not None and s.kind != SPLIT for s in states):
+            return None
+        # an ONNX operator may read inputs cut on different axes (a product's inner
+        # dimension); the table's rule says which combinations are sound
+        axis = next(s.axis for s in states if s is not None)
     if any(v is not None and v.shape is None for v in list(node.inputs) + list(node.outputs)):
         return None
     if node.meta.get("view") or (not node.domain and node.op_type in ("Reshape", "Identity")):
@@ -230,4 +241,4 @@ def cut_of(node: Node, states: list[State | None]) -> Cut | None:
         return None
     if node.op_type == "ReduceSum":
         return _reduce_sum(node, states, 0 if axis is None else axis)
-    return _onnx(node, states, axis)
+    return _onnx(node, states, axis, batch)
