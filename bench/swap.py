@@ -16,11 +16,14 @@ same memory and time simulators (corefold.passes.memory.memsim, timesim):
 * ``save-on-cpu``: ``torch.autograd.graph.save_on_cpu``: every saved tensor is copied to
   the host when saved (the compute stream waits) and back when the backward needs it;
 * ``corefold``: budget mode (swap only, bit-exact) and ``corefold+fp16`` (auto: swap,
-  compress to fp16, or both).
+  compress to fp16, or both), both cutting the neediest operators along the batch when
+  the budget is below the floor (corefold.passes.memory.batchsplit);
+  ``corefold-nosplit``: swap only, never cutting (as before batch splitting; not run
+  unless named in ``--methods``).
 
 Printed per target and model: peak, floor, simulated time overhead at the budget (half the
 no-swap peak for corefold; the rules have no budget), the smallest budget corefold fits
-(and its ratio to the floor), and the largest batch that fits 16 GiB with at most 20%
+without batch splitting (and its ratio to the unsplit floor), and the largest batch that fits 16 GiB with at most 20%
 overhead (searched by doubling, then bisection; "none" when even the first batch tried
 misses 20%: the rules swap whether or not memory is short). Traces are cached as IR text in
 ``--cache`` (default .bench_cache/swap). Run: ``python bench/swap.py [--models resnet50]
@@ -183,21 +186,25 @@ def stall_lower_bound(graph, target, budget: int) -> tuple[float, float, float]:
 
 # -- measuring --------------------------------------------------------------------------------
 def run_method(graph, target, method: str, budget: int | None):
-    """(peak bytes, time seconds) after ``method``, or None when corefold finds no plan."""
+    """(peak bytes, time seconds, floor bytes, pieces) after ``method``, or None when corefold
+    finds no plan; floor and pieces (the most pieces a region was cut into, 0: none) are
+    corefold's after batch splitting, else None."""
     g = clone_graph(graph)
     if method == "no-swap":
         m = measure(g, target)
-        return m.step_peak, m.schedule.makespan
+        return m.step_peak, m.schedule.makespan, None, 0
     if method.startswith("corefold"):
-        settings = MemorySettings(budget_bytes=budget, reduction="auto" if method.endswith("fp16") else "swap")
+        settings = MemorySettings(budget_bytes=budget, reduction="auto" if method.endswith("fp16") else "swap",
+                                  split="off" if method.endswith("nosplit") else "auto")
         try:
             r = plan_memory(g, target, settings).report
         except (PlanError, BudgetError):
             return None
-        return r["peak_after"], r["time_after"]
+        pieces = max((o["pieces"] for o in r.get("split", {}).get("ops", [])), default=0)
+        return r["peak_after"], r["time_after"], r["floor"], pieces
     rule_plan(g, target, method)
     m = measure(g, target)
-    return m.step_peak, m.schedule.makespan
+    return m.step_peak, m.schedule.makespan, None, 0
 
 
 def fits(name, batch, target, method, cache, base_times):
@@ -207,7 +214,7 @@ def fits(name, batch, target, method, cache, base_times):
     res = run_method(g, target, method, CAPACITY)
     if res is None:
         return False
-    peak, t = res
+    peak, t = res[:2]
     return peak <= CAPACITY and t <= base_times[batch] * (1 + MAX_OVERHEAD)
 
 
@@ -248,7 +255,7 @@ def smallest_budget(graph, target, floor: int, peak: int, reduction: str, iters:
             break
         mid = (lo + hi) // 2
         try:
-            plan_memory(clone_graph(graph), target, MemorySettings(budget_bytes=mid, reduction=reduction))
+            plan_memory(clone_graph(graph), target, MemorySettings(budget_bytes=mid, reduction=reduction, split="off"))
             hi = mid
         except PlanError:
             lo = mid
@@ -296,7 +303,7 @@ def main() -> int:
     for tname in args.targets.split(","):
         target = load_target(tname)
         print(f"\n== {tname}: {target.device.host_link_bytes_per_s / 1e9:.0f} GB/s host link ==")
-        print(f"{'model':<10} {'method':<14} {'peak GiB':>9} {'floor GiB':>9} {'overhead':>9} {'max batch':>9}")
+        print(f"{'model':<10} {'method':<16} {'peak GiB':>9} {'floor GiB':>9} {'overhead':>9} {'max batch':>9}")
         for name in args.models.split(","):
             spec, batch, _, limit = MODELS[name]
             t0 = time.perf_counter()
@@ -307,16 +314,19 @@ def main() -> int:
             batches = {}
             for method in methods:
                 res = run_method(g, target, method, half)
+                mfloor, cut = floor, ""
                 if res is None:
                     peak_s, over_s = "no plan", "-"
                     over = None
                 else:
                     over = res[1] / base.schedule.makespan - 1
                     peak_s, over_s = f"{res[0] / GIB:.2f}", f"{over * 100:.1f}%"
+                    if res[3]:
+                        mfloor, cut = res[2], f"  (cut in {res[3]} pieces)"
                 mb = "-" if args.no_batch_search else largest_batch(name, target, method, args.cache, batch,
                                                                     limit, args.quick) or "none"
                 batches[method] = mb
-                print(f"{name:<10} {method:<14} {peak_s:>9} {floor / GIB:>9.2f} {over_s:>9} {mb!s:>9}", flush=True)
+                print(f"{name:<10} {method:<16} {peak_s:>9} {mfloor / GIB:>9.2f} {over_s:>9} {mb!s:>9}{cut}", flush=True)
                 if method == "corefold" and tname == "gpu-nvlink" and name in ("resnet50", "bert-base"):
                     goals.append((f"{tname} {name}: overhead at half the no-swap peak <= 5%", over is not None
                                   and over <= 0.05, over_s))
@@ -339,12 +349,12 @@ def main() -> int:
             else:
                 print(f"{name:<10} at half the peak the link keeps up (binding: {link.get('bound_by')})")
             if not args.no_batch_search and "no-swap" in batches:
-                for method in ("corefold", "corefold+fp16"):
+                for method in ("corefold-nosplit", "corefold", "corefold+fp16"):
                     if method in batches and isinstance(batches[method], int) and isinstance(batches["no-swap"], int):
                         ratio = batches[method] / batches["no-swap"]
                         print(f"{name:<10} largest batch {method} / no-swap = {batches[method]} / "
                               f"{batches['no-swap']} = {ratio:.2f}x")
-                        if tname == "gpu-nvlink":
+                        if tname == "gpu-nvlink" and method != "corefold-nosplit":
                             goals.append((f"{tname} {name}: largest batch ({method}) >= 4.7x no-swap's",
                                           ratio >= 4.7, f"{ratio:.2f}x"))
             print(f"{name:<10} ({time.perf_counter() - t0:.0f} s)", flush=True)

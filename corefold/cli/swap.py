@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     graph = _load(args)
     result = plan_memory(graph, target, settings)
     r = result.report
+    if args.export_policy and r.get("split"):
+        raise CorefoldError("--export-policy: the plan cuts operators along the batch (eager PyTorch runs them "
+                            "whole, so its saved tensors differ); add --set split=off or raise --budget")
     text = to_text(result.graph)
     paths = [args.output] + ([onnx_out] if onnx_out else [])
     with atomic_outputs(paths) as tmps:
@@ -152,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
           f"(simulated: {_gib(r['timed_peak_before'])} -> {_gib(r['timed_peak_after'])})")
     print(f"time      before {r['time_before'] * 1e3:.2f} ms -> after {r['time_after'] * 1e3:.2f} ms "
           f"(overhead {r['overhead'] * 100:.1f}%)")
+    if r.get("split"):
+        sp = r["split"]
+        most = max(o["pieces"] for o in sp["ops"])
+        print(f"cut       {len(sp['ops'])} operators along the batch into up to {most} pieces "
+              f"(floor {_gib(sp['floor_unsplit'])} before cutting)")
     print(f"moved     {r['reductions']} tensors: {_gib(r['swapped_bytes'])} swapped, "
           f"{_gib(r['compressed_bytes'])} compressed, {r['restores']} restores")
     link = r["link"]

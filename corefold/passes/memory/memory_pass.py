@@ -7,7 +7,8 @@ three-stream time simulation), plans evictions (budget mode:
 (:func:`~corefold.passes.memory.transform.apply_evictions`) and measures it again. In
 budget mode the step-model peak after the pass is checked against the budget (a miss is
 an :class:`~corefold.errors.InternalError`). :class:`MemoryPass` wraps it in the pipeline
-contract. Outputs are bit-identical with ``reduction = "swap"``; with compression each
+contract. Outputs are bit-identical with ``reduction = "swap"`` unless operators were cut
+along the batch (then within :data:`SPLIT_CLOSE`); with compression each
 compressed tensor is within its format's bound
 (:mod:`corefold.ops.defs.memory`) and the outputs within the SQNR of
 :data:`COMPRESS_SQNR_DB`.
@@ -23,6 +24,7 @@ import numpy as np
 from corefold.errors import CapacityError, InternalError
 from corefold.ir import Graph, Node, Value
 from corefold.ir.domains import MEMORY_DOMAIN
+from corefold.passes.memory.batchsplit import split_for_budget
 from corefold.passes.memory.evictions import Eviction, UseGaps
 from corefold.passes.memory.memsim import (
     StepProfile,
@@ -46,6 +48,11 @@ from corefold.target import Target
 #: output figures are empirical (the test MLP gives fp16 >= 83 dB, bf16 >= 65, fp8 >= 41,
 #: int8 >= 14: int8 flips the sign of pre-ReLU values near zero, which masks move).
 COMPRESS_SQNR_DB = {"fp16": 40.0, "bf16": 25.0, "fp8": 15.0, "int8": 10.0}
+
+#: Outputs after batch splitting: cut matrix products and sums over the pieces round
+#: differently (each within its own rounding bound, corefold.passes.memory.batchsplit);
+#: relative to an output's largest magnitude.
+SPLIT_CLOSE = Equivalence("close", rtol=1e-4)
 
 
 class BudgetError(CapacityError):
@@ -130,6 +137,15 @@ AUTO_TRIES = ("auto", "both", "swap")
 def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = None) -> MemoryResult:
     """Plan and insert reductions and restores into ``graph``.
 
+    In budget mode with ``split = "auto"``, a budget below the floor (or one no plan
+    reaches) cuts the neediest operators of a copy along their batch
+    (:func:`~corefold.passes.memory.batchsplit.split_for_budget`) and plans the copy
+    (``result.graph``; ``graph`` is left as it was); the report's ``split`` lists the
+    cut operators with their piece counts, ``floor_unsplit``, and the cut graph's peak
+    and time before swapping (``peak_cut``, ``time_cut``); ``floor`` is the floor after
+    cutting, while ``peak_before``, ``time_before`` and ``overhead`` compare with the
+    graph as given (``result.before`` measures it).
+
     With ``reduction = "auto"`` in budget mode, plans are made on copies with each of
     :data:`AUTO_TRIES` and the one with the shortest simulated time that fits is returned
     (``result.graph`` is then that copy); otherwise ``graph`` is changed in place.
@@ -148,6 +164,33 @@ def plan_memory(graph: Graph, target: Target, settings: MemorySettings | None = 
         InternalError: the transformed graph misses the budget in the step model.
     """
     settings = settings or preset(MemorySettings)
+    try:
+        return _plan_reductions(graph, target, settings)
+    except (BudgetError, PlanError) as exc:
+        if settings.mode != "budget" or settings.split == "off":
+            raise
+        budget = settings.budget_bytes if settings.budget_bytes is not None else default_budget(target)
+        floor_unsplit, _ = floor_bytes(build_program(graph))
+        cut = clone_graph(graph)
+        records, refused = split_for_budget(cut, budget, settings.max_pieces, settings.split_goal)
+        if not records:
+            if refused:
+                raise type(exc)(f"{exc}; batch splitting refused: {refused[0]}") from exc
+            raise
+    result = _plan_reductions(cut, target, settings)
+    r = result.report
+    # "before" is the graph as given: the overhead counts the cutting too
+    whole = measure(graph, target)
+    r["split"] = {"floor_unsplit": int(floor_unsplit), "ops": records, "refused": refused,
+                  "peak_cut": r["peak_before"], "time_cut": r["time_before"]}
+    r["peak_before"], r["timed_peak_before"] = int(whole.step_peak), int(whole.timed.peak)
+    r["time_before"] = tb = whole.schedule.makespan
+    r["overhead"] = (r["time_after"] / tb - 1.0) if tb > 0 else 0.0
+    result.before = whole
+    return result
+
+
+def _plan_reductions(graph: Graph, target: Target, settings: MemorySettings) -> MemoryResult:
     if settings.mode == "budget" and settings.reduction == "auto":
         best: MemoryResult | None = None
         error: Exception | None = None
@@ -282,4 +325,8 @@ class MemoryPass:
         self.equivalence = EXACT if settings.reduction == "swap" else Equivalence(
             "sqnr", min_sqnr_db=COMPRESS_SQNR_DB[settings.compress_format])
         result = plan_memory(graph, ctx.target, settings)
-        return PassResult(result.graph, result.modified, result.report)
+        if result.report.get("split") and self.equivalence.kind == "exact":
+            # cut products and summed pieces reassociate (corefold.passes.memory.batchsplit)
+            self.equivalence = SPLIT_CLOSE
+        return PassResult(result.graph, True, result.report) if result.report.get("split") else \
+            PassResult(result.graph, result.modified, result.report)

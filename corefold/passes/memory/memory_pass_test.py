@@ -110,7 +110,7 @@ def test_budget_below_the_floor_names_the_floor(mlp, gpu):
 
     floor, _ = floor_bytes(res.program)
     with pytest.raises(BudgetError, match=f"floor of {floor:,} bytes"):
-        plan_memory(g, gpu, MemorySettings(budget_bytes=floor - 1))
+        plan_memory(g, gpu, MemorySettings(budget_bytes=floor - 1, split="off"))
     assert not any(n.domain == MEMORY_DOMAIN for n in g.nodes)
 
 

@@ -1,6 +1,7 @@
 """Property tests on random DAGs: the plan keeps the graph acyclic, restores come before
 their reads, the simulated peak stays under the budget whenever the plan says it fits,
-and swapping never changes a value."""
+and swapping never changes a value (cutting operators along the batch, when no plan fits
+otherwise, changes them within rounding)."""
 
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from corefold.executor import random_inputs, run
 from corefold.ir import verify
 from corefold.ir.domains import MEMORY_DOMAIN
 from corefold.passes.memory import MemorySettings, PlanError, measure, plan_memory
+from corefold.passes.memory.memory_pass import SPLIT_CLOSE
 from corefold.passes.memory.memsim import floor_bytes
 from corefold.passes.memory.testing import random_dag
 from corefold.settings import preset
@@ -48,7 +50,10 @@ def test_budget_plans_on_random_dags(seed, fraction, target, reduction, nodes, t
     got = run(g, feeds)
     if reduction == "swap" or res.report["compressed_bytes"] == 0:
         for k, v in want.items():
-            assert np.array_equal(got[k], v)
+            if res.report.get("split"):  # cut products and summed pieces reassociate
+                assert np.max(np.abs(got[k] - v)) <= SPLIT_CLOSE.rtol * np.max(np.abs(v)) + 1e-30
+            else:
+                assert np.array_equal(got[k], v)
 
 
 @settings(max_examples=25, deadline=None)

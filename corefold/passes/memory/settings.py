@@ -39,6 +39,12 @@ class MemorySettings:
             :meth:`~corefold.passes.memory.planner.BudgetPlanner.retime`); ``relax`` keeps
             the greedy's bookings and only spends the headroom left on them; ``best``
             simulates both and keeps the faster.
+        split: budget mode, when the budget is below the floor or no plan is found:
+            ``auto`` cuts the neediest operators along their batch into pieces
+            (:mod:`~corefold.passes.memory.batchsplit`), then plans again; ``off`` never.
+        split_goal: ``auto`` cuts each region into the fewest pieces that bring the floor
+            to at most this fraction of the budget (or, if none does, as low as cuts go).
+        max_pieces: the most pieces one region is cut into.
     """
 
     mode: Literal["budget", "thresholds"] = "budget"
@@ -53,11 +59,15 @@ class MemorySettings:
     candidates: int = 32
     link_weight: float = 0.05
     timing: Literal["best", "retime", "relax"] = "best"
+    split: Literal["auto", "off"] = "auto"
+    split_goal: float = 0.5
+    max_pieces: int = 64
 
     # NOTE: the seed names thTTS, thS and N but gives no values; ``seed`` uses ours with
     # the seed's literal timing (unbounded parallelism) and its restore serialization.
     PRESETS: ClassVar[dict[str, dict]] = {
         "fast": {"candidates": 8},
         "strong": {"candidates": 128},
-        "seed": {"mode": "thresholds", "reduction": "swap", "slack": "parallel", "serialize_restores": True},
+        "seed": {"mode": "thresholds", "reduction": "swap", "slack": "parallel", "serialize_restores": True,
+                 "split": "off"},
     }
