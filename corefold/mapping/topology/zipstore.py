@@ -3,7 +3,7 @@
 Python's :mod:`zipfile` spends about 20 us of bookkeeping per member (three seeks, a
 ``ZipInfo`` object, a file-like wrapper); a topology archive has one member per vertex,
 10^6 and more. This module writes and reads the same standard format in bulk: members
-are compressed with raw deflate and written in batches; the central directory is parsed
+are compressed with raw deflate (or stored, level 0) and written in batches; the central directory is parsed
 once into NumPy arrays; members with increasing offsets are read in one block per chunk.
 Zip64 (more than 65,534 members, offsets beyond 4 GiB) is written and read. What it reads:
 deflate or stored members without encryption, i.e. what corefold, Python's ``zipfile``
@@ -142,15 +142,23 @@ class ZipFormatError(ValueError):
 
 
 class ZipStoreWriter:
-    """Append deflated members to a new zip file; :meth:`close` writes the directory.
+    """Append deflated (or stored) members to a new zip file; :meth:`close` writes the directory.
 
     Member names must be ASCII. Timestamps are fixed (1980-01-01) so output is reproducible.
     The directory entries wait in compact arrays (about 30 bytes per member: 10^7 members
     cost 0.3 GB, where Python lists of ints and bytes cost 2 GB).
+
+    Args:
+        path: the zip to create (overwritten).
+        level: deflate level 1-9; 0 stores every member uncompressed (method 0: no deflate
+            at all, not deflate's own level 0, which wraps the bytes in stored blocks).
     """
 
     def __init__(self, path: str | Path, level: int = 1):
+        if not 0 <= level <= 9:
+            raise ValueError(f"zip level {level}: must be in 0..9")
         self.level = level
+        self._method = _STORED if level == 0 else _DEFLATE
         self._f = open(path, "wb")
         self._pos = 0
         self._names = bytearray()
@@ -164,12 +172,12 @@ class ZipStoreWriter:
         """Compress and append members (one write for the whole batch)."""
         pieces = []
         pos = self._pos
-        level = self.level
+        level, method = self.level, self._method
         for name, data in zip(names, datas, strict=True):
             bname = name.encode("ascii")
-            comp = zlib.compress(data, level, wbits=-15)
+            comp = data if method == _STORED else zlib.compress(data, level, wbits=-15)
             crc = zlib.crc32(data)
-            header = _LOCAL.pack(_SIG_LOCAL, 20, 0, _DEFLATE, 0, _DOS_DATE, crc, len(comp), len(data), len(bname), 0)
+            header = _LOCAL.pack(_SIG_LOCAL, 20, 0, method, 0, _DOS_DATE, crc, len(comp), len(data), len(bname), 0)
             pieces += (header, bname, comp)
             self._names += bname
             self._name_len.append(len(bname))
@@ -203,7 +211,7 @@ class ZipStoreWriter:
                 extra = struct.pack("<HHQ", 0x0001, 8, off)
                 off = 0xFFFFFFFF
             version = 45 if extra else 20
-            pieces += (_CENTRAL.pack(_SIG_CENTRAL, (3 << 8) | version, version, 0, _DEFLATE, 0, _DOS_DATE, crc, cs, us,
+            pieces += (_CENTRAL.pack(_SIG_CENTRAL, (3 << 8) | version, version, 0, self._method, 0, _DOS_DATE, crc, cs, us,
                                      len(name), len(extra), 0, 0, 0, 0o100644 << 16, off), name, extra)
             cd_size += 46 + len(name) + len(extra)
             if len(pieces) >= 3 << 16:  # write the directory in blocks, not as one bytes object
@@ -335,7 +343,9 @@ class ZipStoreReader:
         caller then finds the culprit member by member). O(block bytes)."""
         off = self._offset[rows] - base
         cs = self._csize[rows]
-        if off.size == 0 or off[-1] + 30 > len(block) or not np.all(self._method[rows] == _DEFLATE):
+        method = self._method[rows]
+        stored = bool(off.size) and bool(np.all(method == _STORED))
+        if off.size == 0 or off[-1] + 30 > len(block) or not (stored or np.all(method == _DEFLATE)):
             return None
         raw = np.frombuffer(block, np.uint8)
         field = off[:, None] + np.arange(30)[None, :]
@@ -346,11 +356,14 @@ class ZipStoreReader:
         if np.any(sig != _SIG_LOCAL) or np.any(start + cs > len(block)):
             return None
         view = memoryview(block)
-        decompress = zlib.decompress
-        try:
-            datas = [decompress(view[a:a + c], -15) for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
-        except zlib.error:
-            return None
+        if stored:
+            datas = [block[a:a + c] for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
+        else:
+            decompress = zlib.decompress
+            try:
+                datas = [decompress(view[a:a + c], -15) for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
+            except zlib.error:
+                return None
         sizes = np.fromiter(map(len, datas), np.int64, count=len(datas))
         crcs = np.fromiter(map(zlib.crc32, datas), np.int64, count=len(datas))
         if np.any(sizes != self._usize[rows]) or np.any(crcs != self._crc[rows]):

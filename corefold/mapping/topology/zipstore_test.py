@@ -105,3 +105,25 @@ def test_names_that_are_not_vertex_ids_stay_named_members(tmp_path):
         assert r.row_of_id.shape[0] == 2
         for name in ("v/007", "v/x", "v/" + "9" * 19):
             assert r.read(name) == members[name]
+
+
+def test_level_zero_stores_members_and_checks_their_crc(tmp_path):
+    """Level 0 writes method 0 (stored): Python's zipfile agrees on the method and the bytes,
+    our bulk reader gives the members back, and a flipped byte fails the CRC-32, named."""
+    members = _members(300, seed=3)
+    _write(tmp_path / "s.zip", members, level=0)
+    with zipfile.ZipFile(tmp_path / "s.zip") as zf:
+        assert zf.testzip() is None
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+        assert {i.filename: zf.read(i) for i in zf.infolist()} == members
+        at = zf.getinfo("v/7").header_offset
+    with ZipStoreReader(tmp_path / "s.zip") as r:
+        assert r.read_ids(0, 300) == [members[f"v/{i}"] for i in range(300)]
+    raw = bytearray((tmp_path / "s.zip").read_bytes())
+    assert len(members["v/7"]) > 0
+    raw[at + 30 + len(b"v/7")] ^= 0xFF  # first data byte of v/7
+    (tmp_path / "bad.zip").write_bytes(bytes(raw))
+    with ZipStoreReader(tmp_path / "bad.zip") as r, pytest.raises(ZipFormatError, match="'v/7' fails its size or CRC"):
+        r.read_ids(0, 300)
+    with pytest.raises(ValueError, match="level 10"):
+        ZipStoreWriter(tmp_path / "x.zip", 10)
