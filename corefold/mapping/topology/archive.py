@@ -166,10 +166,7 @@ class ArchiveWriter:
         fl = np.zeros(e, np.uint64) if flags is None else np.asarray(flags)[indptr[0]:indptr[0] + e].astype(np.uint64)
         blob, bounds = encode_rows(local, fl, other.astype(np.uint64), self.neuron_sizes[other].astype(np.uint64),
                                    self._weight_codes(w))
-        blob = blob.tobytes()
-        v0 = self.next_vertex
-        self._zip.add_many([vertex_member(v0 + i) for i in range(k)],
-                           [blob[bounds[i]:bounds[i + 1]] for i in range(k)])
+        self._zip.add_numbered("v/", self.next_vertex, blob, bounds)
         self.next_vertex += k
         self.entries += e
 
