@@ -130,7 +130,9 @@ def phase_lines(summary: dict) -> list[str]:
                                                  if isinstance(v, float))]
     for i, lv in enumerate(summary.get("streamed_levels", [])):
         lines.append(f"  level {i}: {lv['vertices']} vertices, {lv['entries']} entries: match {lv['match']:.1f} s, "
-                     f"contract {lv['contract']:.1f} s, uncoarsen {lv.get('uncoarsen', 0.0):.1f} s")
+                     f"contract {lv['contract']:.1f} s, uncoarsen {lv.get('uncoarsen', 0.0):.1f} s"
+                     + (f" (refine gains {', '.join(f'{g:.3g}' for g in lv['refine_gains'])})"
+                        if lv.get("refine_gains") else ""))
     if "coarsest_entries" in summary:
         inner = ", ".join(f"{k} {v:.1f} s" for k, v in summary.get("coarsest_time", {}).items() if isinstance(v, float))
         lines.append(f"  coarsest: {summary['coarsest_vertices']} vertices, {summary['coarsest_entries']} entries "

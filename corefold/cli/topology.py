@@ -40,18 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--synapses", type=non_negative_int, default=1_000_000,
                    help="random: directed synapses (default 1e6)")
     g.add_argument("--max-weight", type=positive_int, default=1, help="random: weights uniform in [1, W]")
-    g.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
+    g.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 1-9 (default 1); 0 stores the members uncompressed")
 
     e = sub.add_parser("expand", help="expand an ONNX model's conv and dense layers into neurons")
     e.add_argument("model", help="ONNX model")
     e.add_argument("-o", "--output", required=True)
     add_shape_argument(e)
-    e.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
+    e.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 1-9 (default 1); 0 stores the members uncompressed")
 
     c = sub.add_parser("convert", help="convert between .zip archive, .npz and edge list")
     c.add_argument("input")
     c.add_argument("output")
-    c.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 0-9 (default 1)")
+    c.add_argument("--level", type=_level, default=None, help="deflate level for .zip, 1-9 (default 1); 0 stores the members uncompressed")
 
     i = sub.add_parser("info", help="print vertices, edges, total weight and degree statistics")
     i.add_argument("file")

@@ -131,7 +131,8 @@ def _far_rows(reader: ArchiveReader, ids: np.ndarray):
     return ids.astype(np.int64), np.array(ptr, np.int64), np.concatenate(idx), np.concatenate(w)
 
 
-def _contract_level(reader: ArchiveReader, mate: np.ndarray, coarse_of: np.ndarray, nc: int, coarse_path: Path, flagged_path: Path, starts: np.ndarray, level: int, show: bool) -> int:
+def _contract_level(reader: ArchiveReader, mate: np.ndarray, coarse_of: np.ndarray, nc: int, coarse_path: Path,
+                    flagged_path: Path, starts: np.ndarray, level: int, show: bool, deflate_level: int) -> int:
     """Write the coarse level and the flagged copy of this one, chunks in order, each
     with the next chunk as a window for partners. Returns the coarse level's entries."""
     sizes, synapses = reader.vertex_loads()
@@ -141,9 +142,10 @@ def _contract_level(reader: ArchiveReader, mate: np.ndarray, coarse_of: np.ndarr
     integer = m["weight_encoding"] == "integer"
     directions = bool(m.get("directions", False))
     with ArchiveWriter(coarse_path, csizes, csyn, weight_encoding="integer" if integer else "float64-bits",
-                       weights_dtype="int64" if integer else "float64") as coarse, \
+                       weights_dtype="int64" if integer else "float64", level=deflate_level) as coarse, \
             ArchiveWriter(flagged_path, sizes, synapses, weight_encoding=m["weight_encoding"],
-                          weights_dtype=m.get("weights_dtype", "int64"), directions=directions) as flagged, \
+                          weights_dtype=m.get("weights_dtype", "int64"), directions=directions,
+                          level=deflate_level) as flagged, \
             _bar(show, f"contract level {level}", starts.size - 1) as bar:
         stream = _chunks(reader, starts)
         nxt = next(stream, None)
@@ -199,10 +201,10 @@ def _project(reader: ArchiveReader, part_coarse: np.ndarray, starts: np.ndarray)
 
 def _refine_level(reader: ArchiveReader, part: np.ndarray, fill: np.ndarray, caps: np.ndarray, dist: np.ndarray,
                   loads: np.ndarray, starts: np.ndarray, rng: np.random.Generator, passes: int, min_gain: float,
-                  traffic: float, show: bool, level: int) -> float:
+                  traffic: float, show: bool, level: int) -> list[float]:
     """Move-refinement passes, chunk by chunk in order; stops when a pass gains less than
-    ``min_gain`` of the traffic. Returns the total gain."""
-    total = 0.0
+    ``min_gain`` of the traffic. Returns each pass's gain."""
+    gains: list[float] = []
     for p in range(passes):
         gain = 0.0
         with _bar(show, f"refine level {level} pass {p + 1}", starts.size - 1) as bar:
@@ -212,10 +214,10 @@ def _refine_level(reader: ArchiveReader, part: np.ndarray, fill: np.ndarray, cap
                                    rng.permutation(end - first).astype(np.int64))
                 gain += g
                 bar.update(1)
-        total += gain
-        if gain <= min_gain * max(traffic - total, 1e-300):
+        gains.append(gain)
+        if gain <= min_gain * max(traffic - sum(gains), 1e-300):
             break
-    return total
+    return gains
 
 
 def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = None, seed: int = 0,
@@ -273,7 +275,8 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
             del loads
             nxt = tmp / f"level{level + 1}.zip"
             mark = tmp / f"level{level}-matched.zip"
-            _contract_level(reader, mate, coarse_of, nc, nxt, mark, starts, level, show)
+            _contract_level(reader, mate, coarse_of, nc, nxt, mark, starts, level, show,
+                            settings.stream_deflate_level)
             del mate, coarse_of
             reader.close()
             if cur.parent == tmp:
@@ -316,10 +319,14 @@ def map_archive(path: str | os.PathLike, target, settings: MapSettings | None = 
                 part = _project(fine, part, starts)
                 sizes, synapses = fine.vertex_loads()
                 loads = np.stack([sizes, synapses], axis=1)
-                traffic -= _refine_level(fine, part, fill, caps, dist, loads, starts, rng, settings.refine_passes,
-                                         settings.vertex_swap_min_gain, traffic, show, li)
+                passes = settings.stream_refine_passes if li or settings.stream_finest_refine_passes is None \
+                    else settings.stream_finest_refine_passes
+                gains = _refine_level(fine, part, fill, caps, dist, loads, starts, rng, passes,
+                                      settings.vertex_swap_min_gain, traffic, show, li)
+                traffic -= sum(gains)
             os.unlink(flagged[li])
             per_level[li]["uncoarsen"] = time.perf_counter() - tl
+            per_level[li]["refine_gains"] = gains
         times["uncoarsen"] = time.perf_counter() - t
         if (fill > caps).any():
             raise CapacityError(f"out-of-core refinement left {int((fill > caps).any(axis=1).sum())} cores "

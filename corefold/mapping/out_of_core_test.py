@@ -76,3 +76,39 @@ def test_auto_goes_out_of_core_only_beyond_the_budget(tmp_path):
     assert ooc.wants_out_of_core(tmp_path / "g.zip", replace(s, memory_budget_gib=entries * 59 / 2**30))
     assert ooc.wants_out_of_core(tmp_path / "g.zip", replace(s, out_of_core="always"))
     assert not ooc.wants_out_of_core(tmp_path / "g.npz", replace(s, out_of_core="always"))
+
+
+def test_stored_levels_map_exactly_as_deflated_ones(tmp_path, small_chunks, monkeypatch):
+    """The default writes the streamed levels stored (``stream_deflate_level=0``): the same
+    mapping as deflated levels, every vertex placed once within capacity, and the levels
+    on disk really are stored."""
+    import zipfile
+
+    topo = conv_like_graph(3000, 4, stride=37)
+    topo.weights = np.asarray(topo.weights, np.int64)
+    path = tmp_path / "g.zip"
+    write_archive(topo, path)
+    target = _target(4, 2, 420)
+    methods = []
+    real = ooc._contract_level
+
+    def spy(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest):
+        entries = real(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest)
+        for p in (coarse_path, flagged_path):
+            with zipfile.ZipFile(p) as zf:
+                methods.append({i.compress_type for i in zf.infolist()})
+        return entries
+
+    monkeypatch.setattr(ooc, "_contract_level", spy)
+    base = replace(MapSettings.preset("fast"), anneal_steps_per_group=500, stream_coarsest_entries=4000)
+    assert base.stream_deflate_level == 0
+    stored = ooc.map_archive(path, target, base, seed=5, progress=False, workdir=tmp_path)
+    assert methods and all(m == {zipfile.ZIP_STORED} for m in methods)
+    methods.clear()
+    deflated = ooc.map_archive(path, target, replace(base, stream_deflate_level=1), seed=5, progress=False,
+                               workdir=tmp_path)
+    assert methods and all(m == {zipfile.ZIP_DEFLATED} for m in methods)
+    np.testing.assert_array_equal(stored.core_xy, deflated.core_xy)
+    core = stored.core_xy[:, 1] * 4 + stored.core_xy[:, 0]
+    assert core.shape == (3000,) and core.min() >= 0 and core.max() < 8
+    assert np.bincount(core).max() <= 420

@@ -150,6 +150,15 @@ class MapSettings:
         stream_matching_repeats: out of core, matching passes per level, the one pairing
             most vertices kept; each is a full read of the level (the seed's 4 to 8
             repeats cost 4 to 8 reads).
+        stream_refine_passes: out of core, move-refinement passes on each streamed level
+            (each a full read of the level; a level stops early when a pass gains less than
+            ``vertex_swap_min_gain`` of the traffic).
+        stream_finest_refine_passes: the same for the finest level (the input archive, the
+            largest read); ``None``: ``stream_refine_passes``.
+        stream_deflate_level: out of core, the deflate level of the coarse levels and the
+            flagged copies written to the work folder; 0 (default) stores them uncompressed
+            (zip method 0), which the archive format allows: deflate was most of the
+            contraction's time, and the levels are read back once or twice then deleted.
         debug: recompute every incremental cost from scratch and raise on mismatch.
         trace: record (vertices, (cut, cost), refinement gain) per level in the summary.
     """
@@ -198,6 +207,9 @@ class MapSettings:
     memory_budget_gib: float = 4.0
     stream_coarsest_entries: int = 20_000_000
     stream_matching_repeats: int = 1
+    stream_refine_passes: int = 3
+    stream_finest_refine_passes: int | None = None
+    stream_deflate_level: int = 0
     debug: bool = False
     trace: bool = False
 
@@ -205,10 +217,11 @@ class MapSettings:
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         # NOTE: one run and short polishing (lenet: 0.35 s against the default's 0.55 s, +12%
         # traffic; cifar-cnn: 4.7 s against 8.5 s of CPU, +7%)
-        "fast": dict(matching_repeats=1, bisection_restarts=2, refine_passes=1, swap_passes=1,
+        "fast": dict(matching_repeats=1, bisection_restarts=2, refine_passes=1, stream_refine_passes=1, swap_passes=1,
                      force_iterations=20, anneal_steps_per_group=10_000, max_restarts=1,
                      vertex_swap_rounds=2, eject_scan=0, vertex_anneal_steps=10),
         "strong": dict(matching_repeats=8, bisection_matching_repeats=4, bisection_restarts=8, refine_passes=6,
+                       stream_refine_passes=6,
                        level_refine_passes=6, bisection_level="finest",
                        swap_passes=6, swap_radius=5, force_iterations=200, anneal_steps_per_group=300_000,
                        anneal_max_work=1e9),
@@ -242,13 +255,17 @@ class MapSettings:
                         "anneal_max_steps", "anneal_max_work", "coarse_slack", "vertex_swap_rounds",
                         "vertex_swap_min_gain", "rebalance_moves", "eject_scan", "vertex_anneal_steps",
                         "vertex_anneal_max_steps", "restart_work", "restart_anneal_share", "threads",
-                        "finest_max_entries")
+                        "finest_max_entries", "stream_refine_passes")
         for name in non_negative:
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} = {getattr(self, name)}: must not be negative")
         if self.memory_budget_gib <= 0 or self.stream_coarsest_entries < 1 or self.stream_matching_repeats < 1:
             raise SettingsError("memory_budget_gib, stream_coarsest_entries and stream_matching_repeats must be "
                                 "positive")
+        if self.stream_finest_refine_passes is not None and self.stream_finest_refine_passes < 0:
+            raise SettingsError(f"stream_finest_refine_passes = {self.stream_finest_refine_passes}: must not be negative")
+        if not 0 <= self.stream_deflate_level <= 9:
+            raise SettingsError(f"stream_deflate_level = {self.stream_deflate_level}: must be in 0..9")
         if self.rebalance_tolerance is not None and self.rebalance_tolerance < 0:
             raise SettingsError(f"rebalance_tolerance = {self.rebalance_tolerance}: must not be negative")
 

@@ -210,3 +210,18 @@ def test_a_broken_direction_is_named():
     topo.sends[0] = 3  # vertex 0's entry says both ways, vertex 1's mirror says one way
     with pytest.raises(TopologyError, match="vertex 0 .*directions"):
         topo.validate()
+
+
+def test_stored_archive_reads_back_identical_to_deflated(tmp_path):
+    """``level=0`` (stored members, what out-of-core coarsening writes) reads back the same
+    topology and flags as the deflated default; only the container differs (method 0)."""
+    t = random_topology(400, 3000, 5, max_weight=2**20, isolated=0.1)
+    flags = (np.random.default_rng(5).random(t.indices.size) < 0.3).astype(np.uint8) * FLAG_MATCHED
+    write_archive(t, tmp_path / "d.zip", flags=flags)
+    write_archive(t, tmp_path / "s.zip", flags=flags, level=0)
+    _assert_same(read_archive(tmp_path / "d.zip"), read_archive(tmp_path / "s.zip"))
+    got = np.concatenate([ch.flags for ch in iter_archive(tmp_path / "s.zip", chunk_bytes=2000)])
+    np.testing.assert_array_equal(got, flags)
+    with zipfile.ZipFile(tmp_path / "s.zip") as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+        assert zf.read(vertex_member(3)) == zipfile.ZipFile(tmp_path / "d.zip").read(vertex_member(3))

@@ -3,7 +3,7 @@
 Python's :mod:`zipfile` spends about 20 us of bookkeeping per member (three seeks, a
 ``ZipInfo`` object, a file-like wrapper); a topology archive has one member per vertex,
 10^6 and more. This module writes and reads the same standard format in bulk: members
-are compressed with raw deflate and written in batches; the central directory is parsed
+are compressed with raw deflate (or stored, level 0) and written in batches; the central directory is parsed
 once into NumPy arrays; members with increasing offsets are read in one block per chunk.
 Zip64 (more than 65,534 members, offsets beyond 4 GiB) is written and read. What it reads:
 deflate or stored members without encryption, i.e. what corefold, Python's ``zipfile``
@@ -137,20 +137,136 @@ def _scan_directory(cd, count, prefix):  # pragma: no cover - numba
     return _CD_OK, -1, ids, offset, csize, usize, crc, method, flag, name_at, name_len
 
 
+@numba.njit(cache=True, nogil=True)
+def _put(out, p, value, nbytes):  # pragma: no cover - numba
+    v = np.int64(value)
+    for j in range(nbytes):
+        out[p + j] = (v >> (8 * j)) & 0xFF
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_local(prefix, first, payload, pbounds, crc, usize, method, pos):  # pragma: no cover - numba
+    """Members ``<prefix><first + i>`` holding ``payload[pbounds[i]:pbounds[i + 1]]``, each
+    after its local header, as one byte array (the file at offset ``pos``). O(bytes).
+
+    Returns ``(out, names, name_len, offsets)``.
+    """
+    k = pbounds.shape[0] - 1
+    plen = prefix.shape[0]
+    name_len = np.empty(k, np.int64)
+    total = 0
+    names_total = 0
+    for i in range(k):
+        v = first + i
+        nd = 1
+        while v >= 10:
+            v //= 10
+            nd += 1
+        name_len[i] = plen + nd
+        names_total += plen + nd
+        total += 30 + plen + nd + pbounds[i + 1] - pbounds[i]
+    out = np.empty(total, np.uint8)
+    names = np.empty(names_total, np.uint8)
+    offsets = np.empty(k, np.int64)
+    p = 0
+    q = 0
+    for i in range(k):
+        offsets[i] = pos + p
+        cs = pbounds[i + 1] - pbounds[i]
+        nl = name_len[i]
+        _put(out, p, 0x04034B50, 4)
+        _put(out, p + 4, 20, 2)
+        _put(out, p + 6, 0, 2)
+        _put(out, p + 8, method, 2)
+        _put(out, p + 10, 0, 2)
+        _put(out, p + 12, _DOS_DATE, 2)
+        _put(out, p + 14, crc[i], 4)
+        _put(out, p + 18, cs, 4)
+        _put(out, p + 22, usize[i], 4)
+        _put(out, p + 26, nl, 2)
+        _put(out, p + 28, 0, 2)
+        for j in range(plen):
+            names[q + j] = prefix[j]
+        v = first + i
+        for j in range(nl - 1, plen - 1, -1):
+            names[q + j] = 48 + v % 10
+            v //= 10
+        for j in range(nl):
+            out[p + 30 + j] = names[q + j]
+        p += 30 + nl
+        src = pbounds[i]
+        for j in range(cs):
+            out[p + j] = payload[src + j]
+        p += cs
+        q += nl
+    return out, names, name_len, offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_directory(names, name_len, crc, csize, usize, offset, method, limit):  # pragma: no cover - numba
+    """The central directory entries of every member, one byte array; offsets at or above
+    ``limit`` go into a Zip64 extra field. O(members)."""
+    count = name_len.shape[0]
+    total = names.shape[0] + 46 * count
+    for i in range(count):
+        if np.int64(offset[i]) >= limit:
+            total += 12
+    out = np.empty(total, np.uint8)
+    p = 0
+    q = 0
+    for i in range(count):
+        big = np.int64(offset[i]) >= limit
+        version = 45 if big else 20
+        nl = name_len[i]
+        _put(out, p, 0x02014B50, 4)
+        _put(out, p + 4, (3 << 8) | version, 2)
+        _put(out, p + 6, version, 2)
+        _put(out, p + 8, 0, 2)
+        _put(out, p + 10, method, 2)
+        _put(out, p + 12, 0, 2)
+        _put(out, p + 14, _DOS_DATE, 2)
+        _put(out, p + 16, crc[i], 4)
+        _put(out, p + 20, csize[i], 4)
+        _put(out, p + 24, usize[i], 4)
+        _put(out, p + 28, nl, 2)
+        _put(out, p + 30, 12 if big else 0, 2)
+        _put(out, p + 32, 0, 6)
+        _put(out, p + 38, 0o100644 << 16, 4)
+        _put(out, p + 42, 0xFFFFFFFF if big else offset[i], 4)
+        for j in range(nl):
+            out[p + 46 + j] = names[q + j]
+        p += 46 + nl
+        q += nl
+        if big:
+            _put(out, p, 0x0001, 2)
+            _put(out, p + 2, 8, 2)
+            _put(out, p + 4, offset[i], 8)
+            p += 12
+    return out
+
+
 class ZipFormatError(ValueError):
     """The file is not a readable zip of the supported kind (message says why)."""
 
 
 class ZipStoreWriter:
-    """Append deflated members to a new zip file; :meth:`close` writes the directory.
+    """Append deflated (or stored) members to a new zip file; :meth:`close` writes the directory.
 
     Member names must be ASCII. Timestamps are fixed (1980-01-01) so output is reproducible.
     The directory entries wait in compact arrays (about 30 bytes per member: 10^7 members
     cost 0.3 GB, where Python lists of ints and bytes cost 2 GB).
+
+    Args:
+        path: the zip to create (overwritten).
+        level: deflate level 1-9; 0 stores every member uncompressed (method 0: no deflate
+            at all, not deflate's own level 0, which wraps the bytes in stored blocks).
     """
 
     def __init__(self, path: str | Path, level: int = 1):
+        if not 0 <= level <= 9:
+            raise ValueError(f"zip level {level}: must be in 0..9")
         self.level = level
+        self._method = _STORED if level == 0 else _DEFLATE
         self._f = open(path, "wb")
         self._pos = 0
         self._names = bytearray()
@@ -164,12 +280,12 @@ class ZipStoreWriter:
         """Compress and append members (one write for the whole batch)."""
         pieces = []
         pos = self._pos
-        level = self.level
+        level, method = self.level, self._method
         for name, data in zip(names, datas, strict=True):
             bname = name.encode("ascii")
-            comp = zlib.compress(data, level, wbits=-15)
+            comp = data if method == _STORED else zlib.compress(data, level, wbits=-15)
             crc = zlib.crc32(data)
-            header = _LOCAL.pack(_SIG_LOCAL, 20, 0, _DEFLATE, 0, _DOS_DATE, crc, len(comp), len(data), len(bname), 0)
+            header = _LOCAL.pack(_SIG_LOCAL, 20, 0, method, 0, _DOS_DATE, crc, len(comp), len(data), len(bname), 0)
             pieces += (header, bname, comp)
             self._names += bname
             self._name_len.append(len(bname))
@@ -184,32 +300,47 @@ class ZipStoreWriter:
     def add(self, name: str, data: bytes) -> None:
         self.add_many([name], [data])
 
+    def add_numbered(self, prefix: str, first: int, blob: np.ndarray, bounds: np.ndarray) -> None:
+        """Append members ``<prefix><first>``, ``<prefix><first + 1>``, ... holding
+        ``blob[bounds[i]:bounds[i + 1]]``: headers packed by a Numba kernel, one
+        ``crc32`` (and, deflating, one ``compress``) call per member. O(bytes)."""
+        blob = np.ascontiguousarray(blob, np.uint8)
+        bounds = np.asarray(bounds, np.int64)
+        view = memoryview(blob)
+        spans = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+        crc = np.fromiter((zlib.crc32(view[a:b]) for a, b in spans), np.int64, count=len(spans))
+        usize = np.diff(bounds)
+        if self._method == _STORED:
+            payload, pbounds = blob, bounds
+        else:
+            level = self.level
+            comps = [zlib.compress(view[a:b], level, wbits=-15) for a, b in spans]
+            pbounds = np.zeros(len(comps) + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, comps), np.int64, count=len(comps)), out=pbounds[1:])
+            payload = np.frombuffer(b"".join(comps), np.uint8)
+        out, names, name_len, offsets = _pack_local(np.frombuffer(prefix.encode("ascii"), np.uint8), first, payload,
+                                                    pbounds, crc, usize, self._method, self._pos)
+        self._f.write(out)
+        self._pos += out.shape[0]
+        self._names += names.tobytes()
+        self._name_len.frombytes(name_len.astype(np.uint16).tobytes())
+        self._crc.frombytes(crc.astype(np.uint32).tobytes())
+        self._csize.frombytes(np.diff(pbounds).astype(np.uint64).tobytes())
+        self._usize.frombytes(usize.astype(np.uint64).tobytes())
+        self._offset.frombytes(offsets.astype(np.uint64).tobytes())
+
     def close(self) -> None:
         """Write the central directory (with Zip64 records when needed) and close."""
         if self._f.closed:
             return
         cd_start = self._pos
-        pieces = []
         count = len(self._name_len)
-        cd_size = 0
-        at = 0
-        names = bytes(self._names)
-        for i in range(count):
-            name = names[at:at + self._name_len[i]]
-            at += self._name_len[i]
-            crc, cs, us, off = self._crc[i], self._csize[i], self._usize[i], self._offset[i]
-            extra = b""
-            if off >= ZIP64_LIMIT:
-                extra = struct.pack("<HHQ", 0x0001, 8, off)
-                off = 0xFFFFFFFF
-            version = 45 if extra else 20
-            pieces += (_CENTRAL.pack(_SIG_CENTRAL, (3 << 8) | version, version, 0, _DEFLATE, 0, _DOS_DATE, crc, cs, us,
-                                     len(name), len(extra), 0, 0, 0, 0o100644 << 16, off), name, extra)
-            cd_size += 46 + len(name) + len(extra)
-            if len(pieces) >= 3 << 16:  # write the directory in blocks, not as one bytes object
-                self._f.write(b"".join(pieces))
-                pieces = []
-        self._f.write(b"".join(pieces))
+        cd = _pack_directory(np.frombuffer(bytes(self._names), np.uint8), np.frombuffer(self._name_len, np.uint16),
+                             np.frombuffer(self._crc, np.uint32), np.frombuffer(self._csize, np.uint64),
+                             np.frombuffer(self._usize, np.uint64), np.frombuffer(self._offset, np.uint64),
+                             self._method, ZIP64_LIMIT)
+        cd_size = int(cd.shape[0])
+        self._f.write(cd)
         end = cd_start + cd_size
         if count >= 0xFFFF or cd_start >= ZIP64_LIMIT or cd_size >= ZIP64_LIMIT:
             self._f.write(_EOCD64.pack(_SIG_EOCD64, 44, 45, 45, 0, 0, count, count, cd_size, cd_start))
@@ -335,7 +466,9 @@ class ZipStoreReader:
         caller then finds the culprit member by member). O(block bytes)."""
         off = self._offset[rows] - base
         cs = self._csize[rows]
-        if off.size == 0 or off[-1] + 30 > len(block) or not np.all(self._method[rows] == _DEFLATE):
+        method = self._method[rows]
+        stored = bool(off.size) and bool(np.all(method == _STORED))
+        if off.size == 0 or off[-1] + 30 > len(block) or not (stored or np.all(method == _DEFLATE)):
             return None
         raw = np.frombuffer(block, np.uint8)
         field = off[:, None] + np.arange(30)[None, :]
@@ -346,11 +479,14 @@ class ZipStoreReader:
         if np.any(sig != _SIG_LOCAL) or np.any(start + cs > len(block)):
             return None
         view = memoryview(block)
-        decompress = zlib.decompress
-        try:
-            datas = [decompress(view[a:a + c], -15) for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
-        except zlib.error:
-            return None
+        if stored:
+            datas = [block[a:a + c] for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
+        else:
+            decompress = zlib.decompress
+            try:
+                datas = [decompress(view[a:a + c], -15) for a, c in zip(start.tolist(), cs.tolist(), strict=True)]
+            except zlib.error:
+                return None
         sizes = np.fromiter(map(len, datas), np.int64, count=len(datas))
         crcs = np.fromiter(map(zlib.crc32, datas), np.int64, count=len(datas))
         if np.any(sizes != self._usize[rows]) or np.any(crcs != self._crc[rows]):
