@@ -17,6 +17,28 @@ def _target(w, h, neurons):
                    synapses_per_core=None, unusable_cores=frozenset())
 
 
+def _archive(tmp_path, n: int, stride: int):
+    """A conv-like topology of ``n`` neurons with int64 weights, written as an archive."""
+    topo = conv_like_graph(n, 4, stride=stride)
+    topo.weights = np.asarray(topo.weights, np.int64)
+    path = tmp_path / "g.zip"
+    write_archive(topo, path)
+    return topo, path
+
+
+def _watch_levels(monkeypatch, check) -> None:
+    """Call ``check(reader, mate, nc, coarse_path, flagged_path)`` after each streamed level
+    is contracted."""
+    real = ooc._contract_level
+
+    def spy(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest):
+        entries = real(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest)
+        check(reader, mate, nc, coarse_path, flagged_path)
+        return entries
+
+    monkeypatch.setattr(ooc, "_contract_level", spy)
+
+
 @pytest.fixture
 def small_chunks(monkeypatch):
     monkeypatch.setattr(ooc, "CHUNK_BYTES", 4096)  # many chunks: partners across chunk borders
@@ -26,16 +48,11 @@ def test_streamed_levels_keep_every_vertex_and_capacity(tmp_path, small_chunks, 
     """A conv-like graph mapped out of core through several streamed levels: every vertex
     on one usable core, no core over capacity, the traffic estimate equal to a fresh
     evaluation, and the streamed evaluation equal to the in-memory one."""
-    topo = conv_like_graph(6000, 4, stride=61)
-    topo.weights = np.asarray(topo.weights, np.int64)
-    path = tmp_path / "g.zip"
-    write_archive(topo, path)
+    topo, path = _archive(tmp_path, 6000, 61)
     target = _target(4, 4, 420)
     levels = []
-    real = ooc._contract_level
 
-    def spy(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest):
-        entries = real(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest)
+    def check(reader, mate, nc, coarse_path, flagged_path):
         with ArchiveReader(flagged_path) as fr:  # the flagged copy marks exactly the matched edges
             ch = fr.read_chunk(0, fr.num_vertices)
             rows = np.repeat(np.arange(fr.num_vertices), np.diff(ch.indptr))
@@ -43,9 +60,8 @@ def test_streamed_levels_keep_every_vertex_and_capacity(tmp_path, small_chunks, 
             assert (mate[rows[marked]] == ch.indices[marked]).all()
             assert marked.sum() == 2 * int(np.count_nonzero(mate > np.arange(mate.size)))
         levels.append((reader.num_vertices, nc))
-        return entries
 
-    monkeypatch.setattr(ooc, "_contract_level", spy)
+    _watch_levels(monkeypatch, check)
     settings = replace(MapSettings.preset("fast"), anneal_steps_per_group=500, stream_coarsest_entries=5000)
     m = ooc.map_archive(path, target, settings, seed=3, progress=False, workdir=tmp_path)
     assert len(levels) >= 3 and all(nc < n for n, nc in levels)
@@ -84,22 +100,16 @@ def test_stored_levels_map_exactly_as_deflated_ones(tmp_path, small_chunks, monk
     on disk really are stored."""
     import zipfile
 
-    topo = conv_like_graph(3000, 4, stride=37)
-    topo.weights = np.asarray(topo.weights, np.int64)
-    path = tmp_path / "g.zip"
-    write_archive(topo, path)
+    _, path = _archive(tmp_path, 3000, 37)
     target = _target(4, 2, 420)
     methods = []
-    real = ooc._contract_level
 
-    def spy(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest):
-        entries = real(reader, mate, coarse_of, nc, coarse_path, flagged_path, *rest)
+    def check(reader, mate, nc, coarse_path, flagged_path):
         for p in (coarse_path, flagged_path):
             with zipfile.ZipFile(p) as zf:
                 methods.append({i.compress_type for i in zf.infolist()})
-        return entries
 
-    monkeypatch.setattr(ooc, "_contract_level", spy)
+    _watch_levels(monkeypatch, check)
     base = replace(MapSettings.preset("fast"), anneal_steps_per_group=500, stream_coarsest_entries=4000)
     assert base.stream_deflate_level == 0
     stored = ooc.map_archive(path, target, base, seed=5, progress=False, workdir=tmp_path)
