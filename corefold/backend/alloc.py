@@ -58,10 +58,12 @@ def allocate(plan: Plan, cp: CorePlan, base: int, limit: int) -> int:
     return best[1]
 
 
-def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: dict[int, int]) -> bool:
+def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: dict) -> bool:
     """After an allocation that ends above ``limit``: at the events where a buffer lies
-    above it, allow at most the live bytes there less that excess (keyed by
-    ``id(event)``), so the next spill frees room exactly there. The cap is taken from the
+    above it, allow at most the live bytes there less that excess (keyed by the event
+    itself: keys of ``id(event)`` outlived the events a spill replaced, and a new event that
+    got a freed id took a stale limit, so the lowering depended on memory reuse), so the
+    next spill frees room exactly there. The cap is taken from the
     live bytes, not from ``avail``: when the buffers are fragmented, the live bytes are
     already under ``avail`` and a cap below ``avail`` alone would spill nothing, giving the
     same layout again. False when nothing overflows. O(B + events)."""
@@ -75,7 +77,7 @@ def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: di
             for i in range(lo, hi + 1):
                 ev = cp.events[i]
                 cap = min(avail, int(load[i])) - excess - ALIGNMENT
-                limits[id(ev)] = min(limits.get(id(ev), avail), cap)
+                limits[ev] = min(limits.get(ev, avail), cap)
                 changed = True
     return changed
 

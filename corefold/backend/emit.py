@@ -70,7 +70,7 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
         if top > cap:
             raise CompileError("SRAM", f"core ({core[0]},{core[1]})", top, cap, "resident weights")
         avail = cap - top
-        limits: dict[int, int] = {}
+        limits: dict = {}  # event -> bytes allowed there
         for _ in range(64):
             spill(plan, cp, avail, top, limits=limits)
             end = allocate(plan, cp, top, cap)

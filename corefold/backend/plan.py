@@ -64,7 +64,7 @@ class PBuffer:
         self.nbytes = prod(self.shape) * self.dtype.itemsize
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: spill limits are keyed by the event
 class Event:
     """A proto-instruction of one core: ``kind`` is compute, load, store, copy, dram_copy,
     send, recv, signal, wait or hold (no instruction: keeps a sent buffer until the reader's
@@ -405,7 +405,7 @@ def pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray
 
 
 def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000,
-          limits: dict[int, int] | None = None) -> int:
+          limits: dict[Event, int] | None = None) -> int:
     """Move activation buffers of ``cp`` out of SRAM until its live bytes fit ``avail``;
     return how many moves it took (module docstring).
 
@@ -415,7 +415,7 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
     stored after its last use before the peak and reloaded into a new buffer before its
     next use.
 
-    ``limits`` lowers the bytes allowed at some events (keyed by ``id(event)``), where the
+    ``limits`` lowers the bytes allowed at some events (keyed by the event), where the
     allocator found no room at ``avail``.
 
     Raises:
@@ -429,7 +429,7 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
         if not life:
             return spills
         load = pressure(plan, life, len(cp.events))
-        cap = np.array([limits.get(id(ev), avail) for ev in cp.events], np.int64)
+        cap = np.array([limits.get(ev, avail) for ev in cp.events], np.int64)
         peak_at = int(np.argmax(load - cap))
         if load[peak_at] <= cap[peak_at]:
             return spills
