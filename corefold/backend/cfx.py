@@ -395,6 +395,8 @@ def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executa
         if len(entry) == 9 and version < INTERLEAVE_VERSION:
             raise CfxError(f"{what}: an interleaved DRAM region in a format version {version} file")
         i, ch, o, n, s, dt, k, nm, *rest = entry
+        if rest and (type(rest[0]) is not int or rest[0] < 1):
+            raise CfxError(f"{what}: DRAM region {i} is interleaved over {rest[0]!r} channels")
         regions.append(DramRegion(i, ch, o, n, tuple(s), dt, k, nm, *rest))
     io = json.loads(sec["IOTS"])
     inputs = [TensorIO(n, tuple(s), dt, r, loc) for n, s, dt, r, loc in io["inputs"]]

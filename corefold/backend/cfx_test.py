@@ -59,3 +59,12 @@ def test_an_interleaved_region_is_version_3_and_refused_in_version_2():
         from_bytes(bytes(data))
     one, _ = striped_copy_exe(1)
     assert to_bytes(one)[8:10] == b"\x01\x00"
+
+
+def test_an_interleave_below_one_is_refused_in_one_line():
+    from dataclasses import replace
+
+    exe, t = striped_copy_exe(2)
+    exe.regions[0] = replace(exe.regions[0], interleave=0)
+    with pytest.raises(CfxError, match="DRAM region 0 is interleaved over 0 channels"):
+        from_bytes(to_bytes(exe), target=t)
