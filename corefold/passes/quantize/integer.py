@@ -128,15 +128,15 @@ class Activation(NamedTuple):
 
 
 def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: np.dtype,
-                relu: bool = False, act: str | None = None, ys: np.ndarray | None = None) -> np.ndarray:
-    """``clip(round(acc M) + zp)``; with a float activation ``act``,
-    ``clip(round(f(acc M ys) / ys) + zp)``."""
+                act: str | None = None, ys: np.ndarray | None = None) -> np.ndarray:
+    """``clip(round(acc M) + zp)`` (Relu: of the rounded value clamped at 0); with a float
+    activation ``act``, ``clip(round(f(acc M ys) / ys) + zp)``."""
     if act is not None and act != "Relu":
         v = _FLOAT_ACTIVATIONS[act](acc.astype(np.float64) * multiplier * ys)
         y = np.rint(v / ys)
     else:
         y = np.rint(acc.astype(np.float64) * multiplier)
-    if relu or act == "Relu":
+    if act == "Relu":
         y = np.maximum(y, 0)
     lo, hi = _int_range(dtype)
     return np.clip(y + zp, lo, hi).astype(dtype)
@@ -245,7 +245,6 @@ class IntegerRunner(Interpreter):
         zy = np.asarray(zy_arr).astype(np.int64)
         dtype = np.asarray(zy_arr).dtype
         kind = act.kind if act is not None else None
-        relu = kind == "Relu"
         op = src.op_type
         ins = [self._qin(v, env) if v is not None and np.issubdtype(v.dtype, np.floating) else
                (env[v] if v is not None else None) for v in src.inputs]
@@ -256,7 +255,7 @@ class IntegerRunner(Interpreter):
             mult = x.scale * sw
             if len(ins) > 2 and ins[2] is not None:
                 acc = acc + self._bias(ins[2], mult, acc.ndim, 1)
-            return _requantize(acc, _axis_shape(np.asarray(mult / ys), acc.ndim, 1), zy, dtype, relu, kind, ys)
+            return _requantize(acc, _axis_shape(np.asarray(mult / ys), acc.ndim, 1), zy, dtype, kind, ys)
         if op == "MatMul":
             a, b = ins
             acc = np.matmul(a.q.astype(np.float64), b.q.astype(np.float64)).astype(np.int64)
@@ -267,7 +266,7 @@ class IntegerRunner(Interpreter):
                 sb = sb.reshape(-1)
             if a.axis is not None:
                 raise UnsupportedOpError(f"MatMul '{src.name}': per-axis scale on the left input")
-            return _requantize(acc, a.scale * sb / ys, zy, dtype, relu, kind, ys)
+            return _requantize(acc, a.scale * sb / ys, zy, dtype, kind, ys)
         if op == "Gemm":
             a, b = ins[0], ins[1]
             am = a.q.T if src.attrs.get("transA", 0) else a.q
@@ -280,32 +279,32 @@ class IntegerRunner(Interpreter):
                 if beta != 1.0 or alpha != 1.0:
                     raise UnsupportedOpError(f"Gemm '{src.name}': integer bias needs alpha = beta = 1")
                 acc = acc + self._bias(ins[2], mult, acc.ndim, -1)
-            return _requantize(acc, mult / ys, zy, dtype, relu, kind, ys)
+            return _requantize(acc, mult / ys, zy, dtype, kind, ys)
         if op in ("Add", "Sub", "Mul"):
             a, b = ins
             if not isinstance(a, _QIn) or not isinstance(b, _QIn) or a.axis is not None or b.axis is not None:
                 raise UnsupportedOpError(f"{op} '{src.name}': needs two per-tensor quantized inputs")
             if op == "Mul":
-                return _requantize(a.q * b.q, a.scale * b.scale / ys, zy, dtype, relu)
+                return _requantize(a.q * b.q, a.scale * b.scale / ys, zy, dtype, kind)
             sign = -1.0 if op == "Sub" else 1.0
             y = np.rint((a.scale / ys) * a.q + sign * (b.scale / ys) * b.q)
-            return _requantize(y, np.float64(1.0), zy, dtype, relu)
+            return _requantize(y, np.float64(1.0), zy, dtype, kind)
         if op in ("AveragePool", "GlobalAveragePool"):
             x = ins[0]
             if op == "GlobalAveragePool":
                 axes = tuple(range(2, x.q.ndim))
                 acc = x.q.sum(axis=axes, keepdims=True)
                 count = int(np.prod([x.q.shape[i] for i in axes]))
-                return _requantize(acc, x.scale / (ys * count), zy, dtype, relu)
+                return _requantize(acc, x.scale / (ys * count), zy, dtype, kind)
             # integer sums are exact in float64; the kernel's division by the count is the
             # one rescale folded into the multiplier
             avg = ops.get(op).kernel(src.attrs, [x.q.astype(np.float64)])[0]
-            return _requantize(avg, x.scale / ys, zy, dtype, relu)
+            return _requantize(avg, x.scale / ys, zy, dtype, kind)
         # layout ops and Relu/Concat: on the integers, rescaled to the output scale
         if op == "Concat":
             parts = [np.rint(v.q * (v.scale / ys)) for v in ins]
             y = ops.get(op).kernel(src.attrs, [p.astype(np.float64) for p in parts])[0]
-            return _requantize(y, np.float64(1.0), zy, dtype, relu)
+            return _requantize(y, np.float64(1.0), zy, dtype, kind)
         x = ins[0]
         if x.axis is not None:
             raise UnsupportedOpError(f"{op} '{src.name}': per-axis scale on its input")
@@ -313,7 +312,7 @@ class IntegerRunner(Interpreter):
         if op == "Pad" and len(src.inputs) > 2 and src.inputs[2] is not None and isinstance(ins[2], _QIn):
             rest[1] = np.asarray(0.0)  # pad value is quantized separately; a zero-point-free 0
         y = ops.get(op).kernel(src.attrs, [x.q.astype(np.float64)] + rest)[0]
-        return _requantize(y, x.scale / ys, zy, dtype, relu)
+        return _requantize(y, x.scale / ys, zy, dtype, kind)
 
     def _bias(self, b, mult: np.ndarray, ndim: int, axis: int) -> np.ndarray:
         """The bias as integers at scale ``mult`` (re-rounded if stored at another scale)."""
