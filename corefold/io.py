@@ -1,4 +1,5 @@
-"""Files a command writes: checked before the work starts, written atomically.
+"""Files a command writes: checked before the work starts, written atomically; and the
+one reader of the ``.npz`` archives commands read (:func:`open_npz`).
 
 Every output of every command goes through :func:`check_outputs` (before any work: the
 path is not a folder, its folder exists and is writable, it is not one of the inputs) and
@@ -13,7 +14,7 @@ import os
 import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from corefold.errors import CorefoldError
 
@@ -134,3 +135,30 @@ def atomic_outputs(paths: Sequence[str | os.PathLike]) -> Iterator[list[Path]]:
     with ExitStack() as stack:
         tmps = [stack.enter_context(atomic_output(p)) for p in paths]
         yield tmps
+
+
+def open_npz(path: str | os.PathLike, what: str, error: Callable[[str], Exception]):
+    """``numpy.load(path)`` as an ``.npz`` archive of named arrays (pickles refused), to be
+    used as a context manager. ``what`` names the file in messages ("inputs file").
+
+    Raises:
+        ``error(message)``: the file is missing, a folder, not a zip archive, or a ``.npy``
+            (one unnamed array, which ``numpy.load`` also reads).
+    """
+    import zipfile
+
+    import numpy as np
+
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{what} '{path}' is a folder, not an .npz file")
+    if not p.is_file():
+        raise error(f"{what} '{path}' does not exist")
+    try:
+        z = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise error(f"{what} '{path}' is not a readable .npz ({exc})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise error(f"{what} '{path}' holds one unnamed array (a .npy), not an .npz of named arrays: "
+                    f"save it with numpy.savez(path, NAME=array), NAME the model input")
+    return z

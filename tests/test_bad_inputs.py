@@ -232,3 +232,24 @@ def test_bad_topology_and_map_arguments(tmp_path, capsys, argv, needle):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "huge-id.txt").write_text("0 4000000000 1\n")
     _expect_error([a.replace("{t}", str(tmp_path)) for a in argv], tmp_path, capsys, needle)
+
+
+@pytest.mark.parametrize("command", ["run", "quantize", "sim"])
+def test_a_npy_where_an_npz_of_named_arrays_is_read(tmp_path, capsys, command):
+    """``numpy.load`` reads a .npy as one bare array; a command expecting named arrays says
+    so in one line (it was an internal error, exit 70)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    model = work / "m.onnx"
+    model.write_bytes(EXAMPLE.read_bytes())
+    npy = work / "x.npy"
+    np.save(npy, np.zeros((2, 3, 64, 64), np.float32))
+    if command == "sim":
+        assert main(["lower", str(model), "-o", str(work / "m.cfx"), "--preset", "fast"]) == 0
+        capsys.readouterr()
+        argv = ["sim", str(work / "m.cfx"), "--inputs", str(npy)]
+    elif command == "run":
+        argv = ["run", str(model), "--inputs", str(npy), "-o", str(work / "o.npz")]
+    else:
+        argv = ["quantize", str(model), "--calib", str(npy), "-o", str(work / "q.onnx"), "--quiet"]
+    _expect_error(argv, work, capsys, "x.npy", "numpy.savez")

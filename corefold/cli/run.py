@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import zipfile
 
@@ -43,13 +42,13 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     Raises:
         DataError: the file is missing or not a readable .npz.
     """
-    if not os.path.isfile(path):
-        raise DataError(f"inputs file '{path}' does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as z:
+    from corefold.io import open_npz
+
+    with open_npz(path, "inputs file", DataError) as z:
+        try:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"inputs file '{path}' is not a readable .npz ({exc})") from None
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise DataError(f"inputs file '{path}' is not a readable .npz ({exc})") from None
 
 
 def run(args: argparse.Namespace) -> int:

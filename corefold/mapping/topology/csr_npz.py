@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corefold.io import open_npz
 from corefold.mapping.topology.model import Topology, TopologyError
 
 REQUIRED = ("indptr", "indices", "weights")
@@ -27,7 +28,7 @@ def read_npz(path: str | Path, *, validate: bool = True) -> Topology:
             is not a canonical symmetric graph; the message names the file and array.
     """
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open_npz(path, "topology", TopologyError) as z:
             missing = [k for k in REQUIRED if k not in z.files]
             if missing:
                 raise TopologyError(f"topology '{path}' lacks array(s) {', '.join(missing)} "

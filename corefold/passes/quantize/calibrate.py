@@ -22,6 +22,7 @@ import numpy as np
 
 from corefold.errors import DataError
 from corefold.executor import Interpreter
+from corefold.io import open_npz
 from corefold.ir import Graph, Node
 
 
@@ -182,11 +183,7 @@ def load_calibration(path: str | os.PathLike, graph: Graph) -> CalibrationSet:
         inputs[v.name] = (tuple(v.shape), v.dtype)
     counts = []
     for f in files:
-        try:
-            data = np.load(f)
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's
-            raise DataError(f"calibration file '{f}' is not a readable .npz: {exc}") from None
-        with data:
+        with open_npz(f, "calibration file", DataError) as data:
             n = None
             for name, (shape, dtype) in inputs.items():
                 if name not in data.files:
