@@ -333,3 +333,26 @@ def test_lowering_does_not_depend_on_the_process(tmp_path):
         got.append(out.stdout.split())
     assert got[0] == got[1] and int(got[0][1]) > 0
     assert len(hashlib.md5(b"").hexdigest()) == len(got[0][0])
+
+
+def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster():
+    """The M3 search orders each core alone; the whole chip's timed simulation picks between
+    its orders and the list-scheduling ones, and the executable returned is the faster."""
+    from dataclasses import replace
+
+    from corefold.backend.lower import DEFAULT
+    from corefold.sim.timed import time_executable
+
+    g = load_model(TINY_CNN)
+    t = load_target("npu")
+    exe, want, got = _lower_and_run(g, t)
+    assert max_relative_error(want, got) <= 1e-5
+    rep = exe.meta["order"]
+    assert rep["improved_cores"] > 0  # the search changed something, so both were timed
+    run_ = time_executable(exe, t)
+    latency = run_.run_end - run_.run_start
+    assert latency == pytest.approx(min(rep["searched_latency_s"], rep["list_latency_s"]), rel=1e-12)
+    assert rep["kept"] == ("search" if rep["searched_latency_s"] <= rep["list_latency_s"] else "list")
+    listed = lower(g, t, replace(DEFAULT, order_budget_seconds=0.0))
+    run_l = time_executable(listed, t)
+    assert run_l.run_end - run_l.run_start == pytest.approx(rep["list_latency_s"], rel=1e-12)
