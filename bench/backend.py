@@ -27,7 +27,7 @@ simulates with ``corefold.sim.run_simulation``, and prints:
 Then int8 ResNet-50 (torchvision, random weights) on the ``npu-array`` preset (2x2 chips):
 its simulation wall time, goal <= 30 s.
 
-    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--json out.json]
+    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--preset strong] [--json out.json]
 """
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ def naive_latency(float_graph, target, int8: bool) -> float:
     return float(simulate(problem, baseline_orders(problem)["file"]))
 
 
-def measure(name: str, graph, target, quantize: bool, feeds) -> dict:
-    """Lower, simulate, check; one row."""
-    from corefold.backend.lower import lower
+def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "default") -> dict:
+    """Lower (with the ``preset``'s settings), simulate, check; one row."""
+    from corefold.backend.lower import PRESETS, lower
     from corefold.errors import CompileError
     from corefold.executor import run
     from corefold.sim import run_simulation
@@ -119,7 +119,7 @@ def measure(name: str, graph, target, quantize: bool, feeds) -> dict:
     row: dict = {"model": name, "dtype": "int8" if quantize else "float32", "target": target.name}
     t0 = time.perf_counter()
     try:
-        exe = lower(graph, target)
+        exe = lower(graph, target, PRESETS[preset])
     except CompileError as exc:
         row.update(lower_s=time.perf_counter() - t0, error=str(exc))
         return row
@@ -206,6 +206,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-naive", action="store_true", help="leave out the naive mapping")
     p.add_argument("--dtypes", default="float32,int8", help="comma-separated subset of: float32, int8")
     p.add_argument("--json", help="write the rows as JSON")
+    p.add_argument("--preset", default="default", choices=["fast", "default", "strong"],
+                   help="lowering preset (strong: tunes the pieces and spread on the timed simulation)")
     args = p.parse_args(argv)
 
     from corefold.executor import random_inputs
@@ -226,7 +228,7 @@ def main(argv=None) -> int:
                 feeds = random_inputs(graph, seed=0)
                 if quantize:
                     quantized(graph)
-                row = measure(name, graph, npu, quantize, feeds)
+                row = measure(name, graph, npu, quantize, feeds, args.preset)
                 if "error" not in row and not args.no_naive:
                     row["naive_s"] = naive_latency(load_model(path), npu, quantize)
                 rows.append(row)
@@ -236,7 +238,7 @@ def main(argv=None) -> int:
             graph = load_model(path)
             feeds = random_inputs(graph, seed=0)
             quantized(graph)
-            row = measure("resnet50", graph, load_target("npu-array"), True, feeds)
+            row = measure("resnet50", graph, load_target("npu-array"), True, feeds, args.preset)
             rows.append(row)
             _print_row(row)
             print(f"\nint8 ResNet-50 on npu-array: simulated in {row.get('sim_s', float('nan')):.1f} s wall "

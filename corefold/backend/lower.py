@@ -27,6 +27,7 @@ from corefold.backend.place import Clustering, cluster, place_on_mesh
 from corefold.backend.tile import tile
 from corefold.errors import CompileError
 from corefold.ir import Graph
+from corefold.settings import SettingsError
 from corefold.target import Target
 
 
@@ -51,6 +52,11 @@ class LowerSettings:
             controllers interleave addresses, so that one transfer uses every channel's
             bandwidth (the clustering's cost model assumes it); False puts each region on
             one channel, balancing the channels' traffic.
+        tune_pieces, tune_spreads: values of ``pieces_per_core`` and ``spread`` to try,
+            every pair of them (an empty one: the setting's own value); the pair whose
+            executable (list-scheduling orders) the timed simulation runs fastest is
+            lowered again with the order search. Both empty: no tuning. The strong preset
+            tries six pairs.
     """
 
     seed: int = 0
@@ -60,11 +66,16 @@ class LowerSettings:
     spread: float = 1.5
     pieces_per_core: float = 8.0
     dram_interleave: bool = True
+    tune_pieces: tuple[float, ...] = ()
+    tune_spreads: tuple[float, ...] = ()
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
 DEFAULT = LowerSettings()
-STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0)
+#: measured on bench/backend.py: fewer pieces suit ResNet-18 (int8 -31%), more Inception
+#: (int8 -10%), and EfficientNet keeps the default's; no one setting is best everywhere
+STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0),
+                       tune_spreads=(1.5, 2.0))
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 #: M1's candidate compiles: the list-scheduling order on each core, no M3 search
 SEARCH = LowerSettings(order_budget_seconds=0.0)
@@ -131,6 +142,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
             buffers, core count), naming where, the amount needed and the limit.
         UnsupportedOpError: an operator has no kernel or a value no static shape.
     """
+    if settings.tune_pieces or settings.tune_spreads:
+        return _tuned(graph, target, settings)
     if settings.pieces_per_core > 0:
         # what every try ends with: when tile and cluster fail with only what does not fit a
         # core cut, the cut tries (replicated weights, halos, more buffers) fail too, so a
@@ -144,6 +157,36 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
             if i == len(tries) - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
+    """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_spreads``
+    without the order search, timed on the whole chip; the fastest is lowered again with
+    the search. O(pairs) lowerings. Deterministic: the timed simulation is."""
+    from corefold.sim.timed import time_executable
+
+    untuned = replace(settings, tune_pieces=(), tune_spreads=())
+    pairs = [(p, s) for p in settings.tune_pieces or (settings.pieces_per_core,)
+             for s in settings.tune_spreads or (settings.spread,)]
+    tried = []
+    for pieces, spread in dict.fromkeys(pairs):
+        if not (pieces >= 0 and spread > 0):
+            raise SettingsError(f"tune_pieces / tune_spreads: pieces_per_core {pieces} must be >= 0 and "
+                                f"spread {spread} > 0")
+        trial = replace(untuned, pieces_per_core=pieces, spread=spread, order_budget_seconds=0.0)
+        try:
+            exe = lower(graph, target, trial)
+        except CompileError as exc:
+            tried.append({"pieces_per_core": pieces, "spread": spread, "error": str(exc)})
+            continue
+        tried.append({"pieces_per_core": pieces, "spread": spread, "latency_s": _latency(time_executable(exe, target))})
+    timed = [t for t in tried if "latency_s" in t]
+    if not timed:  # every pair fails: the settings' own error
+        return lower(graph, target, untuned)
+    best = min(timed, key=lambda t: t["latency_s"])
+    exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"], spread=best["spread"]))
+    exe.meta["tuning"] = tried
+    return exe
 
 
 def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Executable:

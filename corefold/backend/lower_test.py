@@ -356,3 +356,33 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
     listed = lower(g, t, replace(DEFAULT, order_budget_seconds=0.0))
     run_l = time_executable(listed, t)
     assert run_l.run_end - run_l.run_start == pytest.approx(rep["list_latency_s"], rel=1e-12)
+
+
+def test_tuning_times_every_pair_and_keeps_the_fastest():
+    """``tune_pieces`` x ``tune_spreads``: each pair lowered without the search and timed
+    (the recorded latencies are those of the same lowering done alone); the executable is the
+    fastest pair's, lowered again with the search, so it is no slower than that pair."""
+    from dataclasses import replace
+
+    from corefold.backend.lower import DEFAULT
+    from corefold.sim.timed import time_executable
+
+    def latency(exe):
+        r = time_executable(exe, t)
+        return r.run_end - r.run_start
+
+    g = load_model(TINY_CNN)
+    t = load_target("npu")
+    exe = lower(g, t, replace(DEFAULT, tune_pieces=(0.0, 8.0), tune_spreads=(1.5, 3.0)))
+    tried = exe.meta["tuning"]
+    assert [(x["pieces_per_core"], x["spread"]) for x in tried] == [(0.0, 1.5), (0.0, 3.0), (8.0, 1.5), (8.0, 3.0)]
+    for x in tried:
+        alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"], spread=x["spread"],
+                                    order_budget_seconds=0.0))
+        assert latency(alone) == pytest.approx(x["latency_s"], rel=1e-12)
+    best = min(tried, key=lambda x: x["latency_s"])
+    assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
+    again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"], spread=best["spread"]))
+    assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
+    feeds = random_inputs(g, 0)
+    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5

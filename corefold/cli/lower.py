@@ -61,6 +61,12 @@ def settings_from_args(args: argparse.Namespace):
         raise CorefoldError(f"--set order_budget_seconds must be >= 0, got {settings.order_budget_seconds}")
     if not settings.spread > 0:
         raise CorefoldError(f"--set spread must be > 0, got {settings.spread}")
+    if not settings.pieces_per_core >= 0:
+        raise CorefoldError(f"--set pieces_per_core must be >= 0, got {settings.pieces_per_core}")
+    if not all(p >= 0 for p in settings.tune_pieces):
+        raise CorefoldError(f"--set tune_pieces: every value must be >= 0, got {list(settings.tune_pieces)}")
+    if not all(s > 0 for s in settings.tune_spreads):
+        raise CorefoldError(f"--set tune_spreads: every value must be > 0, got {list(settings.tune_spreads)}")
     return settings
 
 
