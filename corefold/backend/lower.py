@@ -52,9 +52,9 @@ class LowerSettings:
             controllers interleave addresses, so that one transfer uses every channel's
             bandwidth (the clustering's cost model assumes it); False puts each region on
             one channel, balancing the channels' traffic.
-        tune_pieces, tune_spreads: values of ``pieces_per_core`` and ``spread`` to try,
-            every pair of them (an empty one: the setting's own value); the pair whose
-            executable (list-scheduling orders) the timed simulation runs fastest is
+        tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
+            to try, every pair of them (an empty one: the setting's own value); the pair
+            whose executable (list-scheduling orders) the timed simulation runs fastest is
             lowered again with the order search. Both empty: no tuning. The strong preset
             tries six pairs.
     """
@@ -67,15 +67,15 @@ class LowerSettings:
     pieces_per_core: float = 8.0
     dram_interleave: bool = True
     tune_pieces: tuple[float, ...] = ()
-    tune_spreads: tuple[float, ...] = ()
+    tune_efforts: tuple[int, ...] = ()
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
 DEFAULT = LowerSettings()
 #: measured on bench/backend.py: fewer pieces suit ResNet-18 (int8 -31%), more Inception
-#: (int8 -10%), and EfficientNet keeps the default's; no one setting is best everywhere
-STRONG = LowerSettings(placement_effort=4, order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0),
-                       tune_spreads=(1.5, 2.0))
+#: (int8 -10%), EfficientNet keeps the default's; the M4 placement's effort 4 lowers the
+#: NoC traffic but doubled the float Inception's latency: no one setting is best everywhere
+STRONG = LowerSettings(order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0), tune_efforts=(1, 4))
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 #: M1's candidate compiles: the list-scheduling order on each core, no M3 search
 SEARCH = LowerSettings(order_budget_seconds=0.0)
@@ -142,7 +142,7 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
             buffers, core count), naming where, the amount needed and the limit.
         UnsupportedOpError: an operator has no kernel or a value no static shape.
     """
-    if settings.tune_pieces or settings.tune_spreads:
+    if settings.tune_pieces or settings.tune_efforts:
         return _tuned(graph, target, settings)
     if settings.pieces_per_core > 0:
         # what every try ends with: when tile and cluster fail with only what does not fit a
@@ -160,31 +160,33 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
 
 
 def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
-    """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_spreads``
+    """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``
     without the order search, timed on the whole chip; the fastest is lowered again with
     the search. O(pairs) lowerings. Deterministic: the timed simulation is."""
     from corefold.sim.timed import time_executable
 
-    untuned = replace(settings, tune_pieces=(), tune_spreads=())
-    pairs = [(p, s) for p in settings.tune_pieces or (settings.pieces_per_core,)
-             for s in settings.tune_spreads or (settings.spread,)]
+    untuned = replace(settings, tune_pieces=(), tune_efforts=())
+    pairs = [(p, e) for p in settings.tune_pieces or (settings.pieces_per_core,)
+             for e in settings.tune_efforts or (settings.placement_effort,)]
     tried = []
-    for pieces, spread in dict.fromkeys(pairs):
-        if not (pieces >= 0 and spread > 0):
-            raise SettingsError(f"tune_pieces / tune_spreads: pieces_per_core {pieces} must be >= 0 and "
-                                f"spread {spread} > 0")
-        trial = replace(untuned, pieces_per_core=pieces, spread=spread, order_budget_seconds=0.0)
+    for pieces, effort in dict.fromkeys(pairs):
+        if not (pieces >= 0 and effort >= 1):
+            raise SettingsError(f"tune_pieces / tune_efforts: pieces_per_core {pieces} must be >= 0 and "
+                                f"placement_effort {effort} >= 1")
+        trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0)
         try:
             exe = lower(graph, target, trial)
         except CompileError as exc:
-            tried.append({"pieces_per_core": pieces, "spread": spread, "error": str(exc)})
+            tried.append({"pieces_per_core": pieces, "placement_effort": effort, "error": str(exc)})
             continue
-        tried.append({"pieces_per_core": pieces, "spread": spread, "latency_s": _latency(time_executable(exe, target))})
+        tried.append({"pieces_per_core": pieces, "placement_effort": effort,
+                      "latency_s": _latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
         return lower(graph, target, untuned)
     best = min(timed, key=lambda t: t["latency_s"])
-    exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"], spread=best["spread"]))
+    exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"],
+                                       placement_effort=best["placement_effort"]))
     exe.meta["tuning"] = tried
     return exe
 

@@ -359,7 +359,7 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
 
 
 def test_tuning_times_every_pair_and_keeps_the_fastest():
-    """``tune_pieces`` x ``tune_spreads``: each pair lowered without the search and timed
+    """``tune_pieces`` x ``tune_efforts``: each pair lowered without the search and timed
     (the recorded latencies are those of the same lowering done alone); the executable is the
     fastest pair's, lowered again with the search, so it is no slower than that pair."""
     from dataclasses import replace
@@ -373,16 +373,17 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
 
     g = load_model(TINY_CNN)
     t = load_target("npu")
-    exe = lower(g, t, replace(DEFAULT, tune_pieces=(0.0, 8.0), tune_spreads=(1.5, 3.0)))
+    exe = lower(g, t, replace(DEFAULT, tune_pieces=(0.0, 8.0), tune_efforts=(1, 2)))
     tried = exe.meta["tuning"]
-    assert [(x["pieces_per_core"], x["spread"]) for x in tried] == [(0.0, 1.5), (0.0, 3.0), (8.0, 1.5), (8.0, 3.0)]
+    assert [(x["pieces_per_core"], x["placement_effort"]) for x in tried] == [(0.0, 1), (0.0, 2), (8.0, 1), (8.0, 2)]
     for x in tried:
-        alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"], spread=x["spread"],
-                                    order_budget_seconds=0.0))
+        alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"],
+                                    placement_effort=x["placement_effort"], order_budget_seconds=0.0))
         assert latency(alone) == pytest.approx(x["latency_s"], rel=1e-12)
     best = min(tried, key=lambda x: x["latency_s"])
     assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
-    again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"], spread=best["spread"]))
+    again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"],
+                                placement_effort=best["placement_effort"]))
     assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
