@@ -206,23 +206,35 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds)
     times["order"] = time.perf_counter() - t
     t = time.perf_counter()
-    exe = _emit(lg, cl, core_of, position, target, settings)
-    if order_report.get("improved_cores"):
+    base, _ = order_tasks(lg, cl, core_of, target, 0.0) if settings.order_budget_seconds > 0 else (position, None)
+    if base == position:
+        exe = _emit(lg, cl, core_of, position, target, settings)
+        check_resources(exe, target)
+    else:
         # NOTE: the M3 search orders each core alone, its inputs from other cores present
         # from the start; on the chip they arrive over time, and the searched order can wait
-        # where the list-scheduling order (by estimated start) would not. The whole chip's
-        # timed simulation decides.
+        # where the list-scheduling order (by estimated start) would not, or need more SRAM
+        # at once. The whole chip's timed simulation decides; an order whose executable does
+        # not fit the cores is dropped (the lowering fails only when both do).
         from corefold.sim.timed import time_executable
 
-        base, _ = order_tasks(lg, cl, core_of, target, 0.0)
-        listed = _emit(lg, cl, core_of, base, target, settings)
-        searched_s, listed_s = (_latency(time_executable(e, target)) for e in (exe, listed))
-        order_report.update(searched_latency_s=searched_s, list_latency_s=listed_s,
-                            kept="search" if searched_s <= listed_s else "list")
-        if listed_s < searched_s:
-            exe = listed
+        built, errors = {}, {}
+        for kind, pos in (("search", position), ("list", base)):
+            try:
+                candidate = _emit(lg, cl, core_of, pos, target, settings)
+                check_resources(candidate, target)
+            except CompileError as exc:
+                errors[kind] = exc
+                continue
+            built[kind] = (_latency(time_executable(candidate, target)), candidate)
+        if not built:
+            raise errors["list"]
+        kept = min(built, key=lambda k: (built[k][0], k != "search"))  # a tie keeps the search's
+        exe = built[kept][1]
+        names = {"search": "searched", "list": "list"}
+        order_report.update({f"{names[k]}_latency_s": v[0] for k, v in built.items()})
+        order_report.update({f"{names[k]}_error": str(e) for k, e in errors.items()}, kept=kept)
     times["plan_emit"] = time.perf_counter() - t
-    check_resources(exe, target)
     exe.meta.update({
         "graph": graph.name, "tasks": len(lg.tasks), "cores_used": len(exe.programs),
         "spills": sum(1 for r in exe.regions if r.kind == "spill"),

@@ -387,3 +387,33 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
     assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+
+
+def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
+    """When the searched orders' executable runs out of SRAM (they may hold more at once), the
+    list-scheduling one is kept, with the same pieces: the lowering does not fall back to
+    fewer pieces (it did, doubling the float Inception v1's latency at 5 s of search)."""
+    import importlib
+
+    lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
+    g = load_model(TINY_CNN)
+    t = load_target("npu")
+    plain = lower(g, t)
+    assert plain.meta["order"]["improved_cores"] > 0
+    real = lower_mod._emit
+    calls = []
+
+    def failing_search(lg, cl, core_of, position, target, settings):
+        calls.append(position)
+        if len(calls) == 1:  # the searched orders are emitted first
+            raise CompileError("SRAM", "core (0,0)", 2, 1, "made to fail")
+        return real(lg, cl, core_of, position, target, settings)
+
+    monkeypatch.setattr(lower_mod, "_emit", failing_search)
+    exe = lower(g, t)
+    rep = exe.meta["order"]
+    assert rep["kept"] == "list" and "made to fail" in rep["searched_error"]
+    assert exe.meta["tasks"] == plain.meta["tasks"]
+    assert rep["list_latency_s"] == pytest.approx(plain.meta["order"]["list_latency_s"], rel=1e-12)
+    feeds = random_inputs(g, 0)
+    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
