@@ -74,7 +74,7 @@ FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
 DEFAULT = LowerSettings()
 #: measured on bench/backend.py: fewer pieces suit ResNet-18 (int8 -31%), more Inception
 #: (int8 -10%), EfficientNet keeps the default's; the M4 placement's effort 4 lowers the
-#: NoC traffic, yet the latency by -1% to +4%: no one setting is best everywhere
+#: NoC traffic, yet moved the latency by -3% to +4%: no one setting is best everywhere
 STRONG = LowerSettings(order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0), tune_efforts=(1, 4))
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 #: M1's candidate compiles: the list-scheduling order on each core, no M3 search
