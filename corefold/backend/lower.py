@@ -8,6 +8,8 @@
    O(V * (k + deg^2)) + the M4 kernels.
 3. **Order** (:mod:`.order`): each core's tasks in the order the M3 search finds for the
    core's units; one global order consistent with every core's order gives the positions.
+   Where the searched orders differ from the list-scheduling ones, steps 4-5 run for both
+   and the whole chip's timed simulation keeps the faster (:func:`_lower_once`).
 4. **Plan SRAM** (:mod:`.plan`): events and buffers per core; liveness, spills, offsets.
 5. **Route, emit, pack** (:mod:`.emit`): XY routes, instructions with dependences,
    weights. Then the instruction memory and NoC buffers are checked.
