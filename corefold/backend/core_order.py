@@ -11,6 +11,8 @@ Cost: O(V + E) to build, plus the search's budget.
 
 from __future__ import annotations
 
+import numpy as np
+
 from corefold.backend.executable import Core
 from corefold.backend.lgraph import LoweredGraph
 from corefold.cost.model import OpCost
@@ -38,12 +40,18 @@ def _remote_ancestors(p: int, preds: list[list[int]], local: set[int], memo: dic
 
 
 def search_core_order(lg: LoweredGraph, tasks: list[int], preds: list[list[int]], core_of: list[Core],
-                      core: Core, target: Target, budget_seconds: float) -> tuple[list[int], bool]:
+                      core: Core, target: Target, budget_seconds: float,
+                      arrival: np.ndarray | None = None) -> tuple[list[int], bool]:
     """The M3 order of ``tasks`` (all on ``core``, given in list-scheduling order) and
-    whether it beats that order on the M3 simulator."""
+    whether it beats that order on the M3 simulator.
+
+    ``arrival[t]``, the clustering's estimated end of each task, gives each task a release
+    time: the latest estimated end of the tasks on other cores it reads (its remote data
+    cannot arrive earlier), so the search does not issue first what waits longest."""
     from corefold.passes.order import OrderSettings, order_graph
 
     local = set(tasks)
+    release: dict[int, float] = {}
     g = Graph(f"core_{core[0]}_{core[1]}")
     out_of: dict[int, Value] = {}
     nodes: dict[int, Node] = {}
@@ -61,6 +69,8 @@ def search_core_order(lg: LoweredGraph, tasks: list[int], preds: list[list[int]]
                     remote += pc.elements * ph.dtype.itemsize
         if remote:
             ins.append(g.add_input(f"in_{t}", (remote,), "uint8"))
+        if arrival is not None:
+            release[t] = max((float(arrival[p]) for p in preds[t] if p not in local), default=0.0)
         out = Value(f"t{t}", (max(1, sum(lg.phys[o].nbytes for o in task.outputs)),), "uint8")
         node = Node(task.op.op_type if task.op is not None else "Identity", ins, [out], name=f"task{t}")
         node.meta["task"] = t
@@ -87,6 +97,7 @@ def search_core_order(lg: LoweredGraph, tasks: list[int], preds: list[list[int]]
         return float(nbytes) / link
 
     settings = OrderSettings(budget_seconds=budget_seconds, exhaustive_limit=200, samples=16, beam_width=16)
-    res = order_graph(g, target, settings, cost_fn=cost_fn, transfer_fn=transfer_fn)
+    res = order_graph(g, target, settings, cost_fn=cost_fn, transfer_fn=transfer_fn,
+                      release_fn=lambda node: release.get(node.meta["task"], 0.0))
     order = [n.meta["task"] for n in res.order]
     return order, res.makespan_after < res.makespan_before

@@ -78,7 +78,7 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
             if len(tasks) < 3:
                 continue
             share = budget_seconds * len(tasks) / total
-            found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share)
+            found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share, cl.end)
             report["searched_cores"] += 1
             trial = dict(by_core)
             trial[core] = found

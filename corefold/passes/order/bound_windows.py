@@ -264,7 +264,7 @@ def _local_arrays(problem: ScheduleProblem, members: np.ndarray, opening: int) -
     outside the segment are dropped (their sources ended before the window opens).
     Returns the arrays and the global id of each local value."""
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr, ctrl_src, vbytes,
-     vload, vuses, vis_out, kind_first, kind_count, budget) = problem.arrays
+     vload, vuses, vis_out, kind_first, kind_count, budget, _release) = problem.arrays
     nodes = list(members) + ([opening] if opening >= 0 else [])
     local = {int(o): k for k, o in enumerate(members)}
     gvals = [int(v) for o in nodes for v in out_val[out_ptr[o]:out_ptr[o + 1]]]
@@ -283,7 +283,8 @@ def _local_arrays(problem: ScheduleProblem, members: np.ndarray, opening: int) -
     arr = lambda x: np.array(x, np.int64)  # noqa: E731
     P = (kind[idx].copy(), duration[idx].copy(), external_load[idx].copy(), output_store[idx].copy(),
          arr(l_in_ptr), arr(l_in_val), arr(l_out_ptr), arr(l_out_val), arr(l_ctrl_ptr), arr(l_ctrl_src),
-         vbytes[g].copy(), vload[g].copy(), vuses[g].copy(), vis_out[g].copy(), kind_first, kind_count, budget)
+         vbytes[g].copy(), vload[g].copy(), vuses[g].copy(), vis_out[g].copy(), kind_first, kind_count, budget,
+         np.zeros(len(idx)))  # no release times: a window's bound holds for any (they only delay)
     return P, g
 
 

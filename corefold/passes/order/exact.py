@@ -89,7 +89,9 @@ class _SegmentModel:
         self.H = _floor(horizon, time_unit) + len(members) + 2
         (self.kind, self.duration, self.external_load, self.output_store, self.in_ptr, self.in_val,
          self.out_ptr, self.out_val, self.ctrl_ptr, self.ctrl_src, self.vbytes, self.vload, self.vuses,
-         self.vis_out, self.kind_first, self.kind_count, budget) = problem.arrays
+         self.vis_out, self.kind_first, self.kind_count, budget, release) = problem.arrays
+        if np.any(release > 0):
+            raise ValueError("the exact reference models no release times")
         self.B = int(budget[0])
         self.local = {int(o): k for k, o in enumerate(self.members)}
         self._order()

@@ -18,11 +18,11 @@ def start_time(P, S, i):
     """When node i would start if issued now (read-only twin of ``step``'s first half); issuing
     other nodes first never makes it earlier, so it bounds every continuation from below."""
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
-     ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
+     ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget, release) = P
     free, ready, resident, remaining, end, scal = S
-    t_data = 0.0
+    t_data = release[i]
     load = external_load[i]
-    load_after = 0.0
+    load_after = release[i] if external_load[i] > 0.0 else 0.0
     pending_end = 0.0
     if scal[4] >= 0:
         d = earliest_slot(free, kind_first[0], kind_count[0])

@@ -213,7 +213,7 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
 
 
 def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT, *, seed: int = 0,
-                cost_fn=None, transfer_fn=None, progress=None) -> OrderResult:
+                cost_fn=None, transfer_fn=None, release_fn=None, progress=None) -> OrderResult:
     """Reorder ``graph``'s nodes (in place) to minimise the simulated makespan on ``target``.
 
     Only the file order changes: nodes, values and edges stay as they are. ``seed``
@@ -225,7 +225,7 @@ def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT,
     """
     settings = settings.checked()
     t0 = time.perf_counter()
-    problem = build_problem(graph, target, cost_fn, transfer_fn)
+    problem = build_problem(graph, target, cost_fn, transfer_fn, release_fn)
     before_nodes = graph.nodes
     before = _makespan(problem, [problem.index[x] for x in graph.topological_order()])
     bases = baseline_orders(problem)

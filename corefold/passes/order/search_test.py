@@ -356,3 +356,34 @@ link_bytes_per_cycle = 32
 dram_gbps = 256
 host_link_gbps = 8
 """
+
+
+def test_a_release_time_delays_a_node_and_the_search_issues_the_released_one_last():
+    """``release_fn``: a node's external data exists only from its release time. Alone, the
+    node's whole schedule (load, then compute) shifts by it; with two independent nodes on
+    one vector unit, issuing the late one first makes the other wait behind it, so the search
+    puts it last (the backend's per-core search gives data from other cores this time)."""
+    from corefold.target import load_target
+
+    g = parse("""graph r opset 21
+input x: float32[1, 4096]
+input z: float32[1, 4096]
+node b = Sigmoid(z) -> (w: float32[1, 4096])
+node a = Relu(x) -> (y: float32[1, 4096])
+output y
+output w
+""")  # the file order issues the late node first
+    t = load_target("npu")
+    late = 50e-6
+    plain = build_problem(g, t)
+    delayed = build_problem(g, t, release_fn=lambda n: late if n.name == "b" else 0.0)
+    ia, ib = plain.index[g.node("a")], plain.index[g.node("b")]
+    alone = simulate(build_problem(g, t, release_fn=lambda n: 0.0), [ia])
+    assert simulate(build_problem(g, t, release_fn=lambda n: late if n.name == "a" else 0.0), [ia]) == (
+        pytest.approx(alone + late, rel=1e-12))
+    assert simulate(plain, [ib, ia]) == pytest.approx(simulate(plain, [ia, ib]), rel=1e-12)
+    assert simulate(delayed, [ib, ia]) > simulate(delayed, [ia, ib])
+    res = order_graph(g, t, replace(DEFAULT, budget_seconds=0.5),
+                      release_fn=lambda n: late if n.name == "b" else 0.0)
+    assert [n.name for n in g.nodes] == ["a", "b"]
+    assert res.makespan_after == pytest.approx(simulate(delayed, [ia, ib]), rel=1e-12)

@@ -25,12 +25,15 @@ them::
 
     load_start(o)  = max(min_j free[dma, j], max_{v in S(o)} ready(v))
     data_ready(o)  = max(load_start(o) + l(o), max_{v resident input} ready(v),
-                         max_{p control pred} end(p))
+                         max_{p control pred} end(p), r(o))
     start(o)       = max(data_ready(o), min_j free[u(o), j]);  end(o) = start(o) + c(o)
     store_start(o) = max(min_j free[dma, j], end(o))           (when it is issued)
     ready(v)       = end(o) for a resident output v, store_start(o) + s(o) for a spilled one
 
-so weights are prefetched as early as the in-order DMA queue allows. The score is the
+so weights are prefetched as early as the in-order DMA queue allows. ``r(o)`` is the
+operator's release time (0 unless ``build_problem`` gets a ``release_fn``): when its
+external inputs exist at all, e.g. data another core sends (the backend's per-core
+search); its load starts no earlier either. The score is the
 makespan ``max`` over every task's end. Simulating an order is O(V + E) (the arrays below
 are precomputed once per graph); the hot loop is compiled with Numba.
 """
@@ -77,11 +80,12 @@ class ScheduleProblem:
 
 
 def build_problem(graph: Graph, target: Target, cost_fn: Callable | None = None,
-                  transfer_fn: Callable | None = None) -> ScheduleProblem:
+                  transfer_fn: Callable | None = None, release_fn: Callable | None = None) -> ScheduleProblem:
     """Precompute the simulator's arrays for ``graph`` on ``target``. O(V + E).
 
     ``cost_fn(node, target)`` and ``transfer_fn(nbytes, target)`` default to
-    :func:`corefold.cost.op_cost` and :func:`corefold.cost.transfer_seconds`.
+    :func:`corefold.cost.op_cost` and :func:`corefold.cost.transfer_seconds`;
+    ``release_fn(node)``, the node's release time in seconds, to 0.
 
     Raises:
         ValueError: a value has no static shape, or the graph has a cycle.
@@ -144,6 +148,7 @@ def build_problem(graph: Graph, target: Target, cost_fn: Callable | None = None,
         for p in node.predecessors():
             pred_idx.append(index[p])
         pred_ptr.append(len(pred_idx))
+    release = np.array([float(release_fn(node)) if release_fn is not None else 0.0 for node in nodes])
     vload = np.array([dma_time(b) for b in vbytes]) if nv else np.zeros(0)
     vis_out = np.zeros(nv, np.bool_)
     for node in nodes:
@@ -167,7 +172,7 @@ def build_problem(graph: Graph, target: Target, cost_fn: Callable | None = None,
               np.array(out_ptr, np.int64), np.array(out_val, np.int64),
               np.array(ctrl_ptr, np.int64), np.array(ctrl_src, np.int64),
               vb, vload, vuses, vis_out, kind_first, kind_count,
-              np.array([float(target.core_memory_threshold)]))
+              np.array([float(target.core_memory_threshold)]), release)
     return ScheduleProblem(nodes, index, arrays, kind, duration, external_load, output_store,
                            pp, pi, succ_ptr, succ_idx, unit_names, kind_count, nv)
 
@@ -239,7 +244,7 @@ def step(P, S, i, rec, prec):
     here. O(deg(i)) plus O(units of a kind).
     """
     (kind, duration, external_load, output_store, in_ptr, in_val, out_ptr, out_val, ctrl_ptr,
-     ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget) = P
+     ctrl_src, vbytes, vload, vuses, vis_out, kind_first, kind_count, budget, release) = P
     free, ready, resident, remaining, end, scal = S
     # a spilled input still waiting for its store forces the store out first
     for k in range(in_ptr[i], in_ptr[i + 1]):
@@ -248,9 +253,9 @@ def step(P, S, i, rec, prec):
             flush_store(P, S, prec)
             break
     # inputs: resident ones are ready on chip; spilled ones and external data are loaded
-    t_data = 0.0
+    t_data = release[i]
     load = external_load[i]
-    load_after = 0.0
+    load_after = release[i] if external_load[i] > 0.0 else 0.0
     for k in range(in_ptr[i], in_ptr[i + 1]):
         v = in_val[k]
         if resident[v] == 1:
