@@ -23,7 +23,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from corefold.backend.executable import Executable, Op, target_fingerprint
+from corefold.backend.instructions import Compute
 from corefold.backend.lgraph import LoweredGraph, build
 from corefold.backend.place import Clustering, cluster, place_on_mesh
 from corefold.backend.tile import tile
@@ -205,37 +208,35 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     core_of = [cores[g] for g in cl.group]
     times["mesh"] = time.perf_counter() - t
     t = time.perf_counter()
-    position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds)
+    base, order_report = order_tasks(lg, cl, core_of, target, 0.0)
+    # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
+    # their timed run tells the search when each remote input really arrives
+    built: dict[str, tuple[float, Executable]] = {}
+    errors: dict[str, CompileError] = {}
+    runs: dict[str, tuple] = {}
+    _build(built, errors, runs, "list", lg, cl, core_of, base, target, settings,
+           timed=settings.order_budget_seconds > 0)
+    position = base
+    if settings.order_budget_seconds > 0:
+        arrival = _arrivals(lg, cl, *runs["list"]) if "list" in runs else None
+        position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds, arrival)
     times["order"] = time.perf_counter() - t
     t = time.perf_counter()
-    base, _ = order_tasks(lg, cl, core_of, target, 0.0) if settings.order_budget_seconds > 0 else (position, None)
-    if base == position:
-        exe = _emit(lg, cl, core_of, position, target, settings)
-        check_resources(exe, target)
-    else:
-        # NOTE: the M3 search orders each core alone, its inputs from other cores present
-        # from the start; on the chip they arrive over time, and the searched order can wait
-        # where the list-scheduling order (by estimated start) would not, or need more SRAM
-        # at once. The whole chip's timed simulation decides; an order whose executable does
-        # not fit the cores is dropped (the lowering fails only when both do).
-        from corefold.sim.timed import time_executable
-
-        built, errors = {}, {}
-        for kind, pos in (("search", position), ("list", base)):
-            try:
-                candidate = _emit(lg, cl, core_of, pos, target, settings)
-                check_resources(candidate, target)
-            except CompileError as exc:
-                errors[kind] = exc
-                continue
-            built[kind] = (_latency(time_executable(candidate, target)), candidate)
-        if not built:
-            raise errors["list"]
-        kept = min(built, key=lambda k: (built[k][0], k != "search"))  # a tie keeps the search's
-        exe = built[kept][1]
+    if position != base:
+        # NOTE: the M3 search orders each core alone; the data other cores send it gets
+        # release times (the arrivals above), but the search still cannot see how its order
+        # moves other cores' work. The whole chip's timed simulation decides; an order whose
+        # executable does not fit the cores is dropped (the lowering fails only when both do).
+        _build(built, errors, runs, "search", lg, cl, core_of, position, target, settings, timed=True)
         names = {"search": "searched", "list": "list"}
         order_report.update({f"{names[k]}_latency_s": v[0] for k, v in built.items()})
-        order_report.update({f"{names[k]}_error": str(e) for k, e in errors.items()}, kept=kept)
+        order_report.update({f"{names[k]}_error": str(e) for k, e in errors.items()})
+    if not built:
+        raise errors["list"]
+    kept = min(built, key=lambda k: (built[k][0], k != "search"))  # a tie keeps the search's
+    if position != base:
+        order_report["kept"] = kept
+    exe = built[kept][1]
     times["plan_emit"] = time.perf_counter() - t
     exe.meta.update({
         "graph": graph.name, "tasks": len(lg.tasks), "cores_used": len(exe.programs),
@@ -248,6 +249,43 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
 
 def _latency(run) -> float:
     return float(run.run_end - run.run_start)
+
+
+def _build(built: dict, errors: dict, runs: dict, kind: str, lg: LoweredGraph, cl: Clustering, core_of: list,
+           position: list[int], target: Target, settings: LowerSettings, timed: bool) -> None:
+    """Emit the executable of ``position``; with ``timed``, time it into ``runs[kind]``
+    (even when it then fails the resource check: the timing stands without it). Into
+    ``built[kind]`` as ``(latency, executable)`` if it passes the check, else its
+    :class:`CompileError` into ``errors[kind]``."""
+    try:
+        exe = _emit(lg, cl, core_of, position, target, settings)
+    except CompileError as exc:
+        errors[kind] = exc
+        return
+    latency = 0.0
+    if timed:
+        from corefold.sim.timed import time_executable
+
+        runs[kind] = (exe, time_executable(exe, target))
+        latency = _latency(runs[kind][1])
+    try:
+        check_resources(exe, target)
+    except CompileError as exc:
+        errors[kind] = exc
+        return
+    built[kind] = (latency, exe)
+
+
+def _arrivals(lg: LoweredGraph, cl: Clustering, exe: Executable, run) -> np.ndarray:
+    """Each task's end in the timed ``run`` of ``exe`` (from the run's start), the
+    clustering's estimate for tasks without a compute instruction. O(instructions)."""
+    end = np.array(cl.end, dtype=np.float64)
+    task_of_op = [i for i, task in enumerate(lg.tasks) if task.op is not None]
+    for c, program in enumerate(exe.programs):
+        for j, ins in enumerate(program.instructions):
+            if isinstance(ins, Compute):
+                end[task_of_op[ins.op]] = run.finish(c, j) - run.run_start
+    return end
 
 
 def _emit(lg: LoweredGraph, cl: Clustering, core_of: list, position: list[int], target: Target,

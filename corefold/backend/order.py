@@ -57,7 +57,7 @@ def _global_order(n: int, preds: list[list[int]], chains: list[list[int]], start
 
 
 def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: Target,
-                budget_seconds: float) -> tuple[list[int], dict]:
+                budget_seconds: float, arrival: np.ndarray | None = None) -> tuple[list[int], dict]:
     """The position of every task in the global order, and a report.
 
     Each core's order is the M3 search's when ``budget_seconds > 0`` (module docstring),
@@ -78,7 +78,8 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
             if len(tasks) < 3:
                 continue
             share = budget_seconds * len(tasks) / total
-            found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share, cl.end)
+            found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share,
+                                                cl.end if arrival is None else arrival)
             report["searched_cores"] += 1
             trial = dict(by_core)
             trial[core] = found
