@@ -8,8 +8,10 @@
    O(V * (k + deg^2)) + the M4 kernels.
 3. **Order** (:mod:`.order`): each core's tasks in the order the M3 search finds for the
    core's units; one global order consistent with every core's order gives the positions.
-   Where the searched orders differ from the list-scheduling ones, steps 4-5 run for both
-   and the whole chip's timed simulation keeps the faster (:func:`_lower_once`).
+   The list-scheduling orders' executable is emitted (steps 4-5) and timed first; its
+   simulated task ends are the search's release times for data from other cores. Where
+   the searched orders differ, their executable is emitted too and the whole chip's timed
+   simulation keeps the faster (:func:`_lower_once`).
 4. **Plan SRAM** (:mod:`.plan`): events and buffers per core; liveness, spills, offsets.
 5. **Route, emit, pack** (:mod:`.emit`): XY routes, instructions with dependences,
    weights. Then the instruction memory and NoC buffers are checked.
