@@ -417,3 +417,37 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     assert rep["list_latency_s"] == pytest.approx(plain.meta["order"]["list_latency_s"], rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+
+
+def test_the_searchs_release_times_are_the_timed_ends_of_the_list_executable():
+    """``_arrivals``: every task with a compute instruction gets that instruction's finish in
+    the timed run (from the run's start); the others keep the clustering's estimate."""
+    import importlib
+
+    from corefold.backend.executable import Compute
+    from corefold.backend.order import order_tasks
+    from corefold.backend.place import place_on_mesh
+    from corefold.sim.timed import time_executable
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = load_model(TINY_CNN)
+    t = load_target("npu")
+    lg, cl = lower_mod._prepare(g, t)
+    cores = place_on_mesh(cl, t, 0, 1)
+    core_of = [cores[k] for k in cl.group]
+    base, _ = order_tasks(lg, cl, core_of, t, 0.0)
+    exe = lower_mod._emit(lg, cl, core_of, base, t, lower_mod.DEFAULT)
+    run_ = time_executable(exe, t)
+    ends = lower_mod._arrivals(lg, cl, exe, run_)
+    op_tasks = [i for i, task in enumerate(lg.tasks) if task.op is not None]
+    seen = set()
+    for c, program in enumerate(exe.programs):
+        for j, ins in enumerate(program.instructions):
+            if isinstance(ins, Compute):
+                task = op_tasks[ins.op]
+                seen.add(task)
+                assert ends[task] == pytest.approx(run_.finish(c, j) - run_.run_start, rel=1e-12)
+                assert 0 < ends[task] <= run_.run_end - run_.run_start + 1e-15
+    assert seen == set(op_tasks)
+    for i in set(range(len(lg.tasks))) - seen:
+        assert ends[i] == cl.end[i]

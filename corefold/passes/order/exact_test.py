@@ -65,3 +65,13 @@ def test_optimum_equals_brute_force(seed):
     assert res.status == "optimal"
     assert res.makespan == pytest.approx(best, rel=1e-12)
     assert res.lower_bound <= best * (1 + 1e-12)
+
+
+def test_release_times_are_refused_rather_than_ignored():
+    """The CP-SAT model has no release times: a problem with one is refused, so the exact
+    reference never reports an 'optimum' of a different problem."""
+    g, target = small_case(0)
+    problem = build_problem(g, target, release_fn=lambda n: 1e-6)
+    members = np.array([problem.index[n] for n in next(iter(segments(g)))], np.int64)
+    with pytest.raises(ValueError, match="release"):
+        solve_segment(problem, members, initial_state(problem), time_limit=5, workers=1)
