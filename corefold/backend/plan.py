@@ -31,8 +31,8 @@ overlap, :mod:`.alloc`). When the live bytes exceed the SRAM left by the weights
 the live buffer whose next use is farthest (Belady) to DRAM after its last use before the
 peak and reloads it before its next use, until the peak fits.
 
-Cost: O(E log E) events per core to sort, O(B^2) for the allocation of B buffers, O(S * E)
-for S spills.
+Cost: O(V + P) to find the prefetch positions (P pieces read), O(E log E) events per core
+to sort, O(B^2) for the allocation of B buffers, O(S * E) for S spills.
 """
 
 from __future__ import annotations
@@ -365,7 +365,8 @@ class Planner:
         self.prefetch_at: dict[tuple[Core, int], int] = {}
         last: dict[Core, tuple[int, int]] = {}
         count: dict[Core, int] = {}
-        for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
+        ordered = sorted(lg.tasks, key=lambda t: self.pos[t.id])
+        for t in ordered:
             core = self.core_of[t.id]
             count[core] = count.get(core, 0) + 1
             if not any(lg.phys[p.phys].kind == "input" for o in t.inputs if o is not None for p in o.pieces):
@@ -373,7 +374,7 @@ class Planner:
             if core in last and count[core] - last[core][1] <= PREFETCH_WINDOW:
                 self.prefetch_at[(core, self.pos[t.id])] = last[core][0]
             last[core] = (self.pos[t.id], count[core])
-        for t in sorted(lg.tasks, key=lambda t: self.pos[t.id]):
+        for t in ordered:
             core = self.core_of[t.id]
             at = self.pos[t.id]
             if t.is_gather:
