@@ -63,7 +63,7 @@ def test_inspect_prints_the_cfx_contents(lowered, capsys, tmp_path):
     exe = load(cfx)
     assert main(["inspect", cfx]) == 0
     text = capsys.readouterr().out
-    assert "format version 3" in text and exe.target.digest[:16] in text  # interleaved DRAM regions
+    assert "format version 4" in text and exe.target.digest[:16] in text  # fused Conv + Relu
     assert "channels 0-3 interleaved" in text
     assert f"{len(exe.ops)} ops on {len(exe.programs)} cores" in text
     rows = {m.group(1): [int(v) for v in m.group(2).split()]
@@ -79,7 +79,7 @@ def test_inspect_prints_the_cfx_contents(lowered, capsys, tmp_path):
     other = tmp_path / "model.bin"
     other.write_bytes(Path(cfx).read_bytes())
     assert main(["inspect", str(other)]) == 0
-    assert "format version 3" in capsys.readouterr().out
+    assert "format version 4" in capsys.readouterr().out
 
 
 def test_inspect_refuses_a_corrupt_cfx_in_one_line(lowered, capsys, tmp_path):

@@ -63,6 +63,9 @@ OPCODE_VERSION = {9: 2}
 #: The format version that introduced interleaved DRAM regions (a ninth REGS field) and the
 #: float activations of integer ops beyond Relu.
 INTERLEAVE_VERSION = 3
+#: The format version that introduced fused activations of float ops (``Op.activation``) and
+#: the vector work of fused activations (``Op.activation_work``).
+FLOAT_ACTIVATION_VERSION = 4
 UNIT_CODES = {"dma": 0, "matrix": 1, "vector": 2}
 NO_ENGINE = 0xFF
 BLOB_ALIGN = 64
@@ -125,7 +128,9 @@ def _op(op: Op) -> dict:
             "output_dtypes": list(op.output_dtypes), "unit_kind": op.unit_kind, "work": op.work,
             "quant": None if op.quant is None else {"inputs": [_qt(q) for q in op.quant.inputs],
                                                    "output": _qt(op.quant.output),
-                                                   "activation": op.quant.activation}}
+                                                   "activation": op.quant.activation},
+            **({"activation": op.activation} if op.activation else {}),
+            **({"activation_work": op.activation_work} if op.activation_work else {})}
 
 
 def _op_back(d: dict) -> Op:
@@ -136,7 +141,7 @@ def _op_back(d: dict) -> Op:
     return Op(d["name"], d["op_type"], attrs,
               tuple(tuple(s) if s is not None else None for s in d["input_shapes"]), tuple(d["input_dtypes"]),
               tuple(tuple(s) for s in d["output_shapes"]), tuple(d["output_dtypes"]), d["unit_kind"],
-              float(d["work"]), quant)
+              float(d["work"]), quant, d.get("activation"), float(d.get("activation_work", 0.0)))
 
 
 # -- programs (binary) -------------------------------------------------------------------------
@@ -283,6 +288,8 @@ def to_bytes(exe: Executable) -> bytes:
     if any(r.interleave != 1 for r in exe.regions) or any(
             o.quant is not None and o.quant.activation not in (None, "Relu") for o in exe.ops):
         version = max(version, INTERLEAVE_VERSION)
+    if any(o.activation is not None or o.activation_work for o in exe.ops):
+        version = max(version, FLOAT_ACTIVATION_VERSION)
     for p in exe.programs:
         body = b"".join(encode_instruction(i) for i in p.instructions)
         prog += struct.pack("<HHII", p.core[0], p.core[1], len(p.instructions), len(body)) + body
@@ -389,6 +396,11 @@ def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executa
         act = o.quant.activation if o.quant is not None else None
         if act not in (None, "Relu") and (version < INTERLEAVE_VERSION or act not in ACTIVATIONS):
             raise CfxError(f"{what}: op '{o.name}' has activation {act!r}, unknown to format version {version}")
+        if (o.activation is not None or o.activation_work) and version < FLOAT_ACTIVATION_VERSION:
+            raise CfxError(f"{what}: op '{o.name}' has a fused activation's work, unknown to format version {version}")
+        if o.activation is not None and o.activation not in ACTIVATIONS:
+            raise CfxError(f"{what}: float op '{o.name}' has activation {o.activation!r}, unknown to format "
+                           f"version {version}")
     buffers = [Buffer(i, tuple(c), o, n, tuple(s), dt, k, nm) for i, c, o, n, s, dt, k, nm in json.loads(sec["BUFS"])]
     regions = []
     for entry in json.loads(sec["REGS"]):

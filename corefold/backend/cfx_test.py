@@ -40,8 +40,8 @@ def test_a_dma_copy_in_a_version_1_file_is_refused():
     data[8:10] = b"\x01\x00"  # the header has no checksum of its own; PROG is intact
     with pytest.raises(CfxError, match="opcode 9 in a format version 1 file"):
         from_bytes(bytes(data))
-    data[8:10] = b"\x04\x00"
-    with pytest.raises(CfxError, match="format version 4, this corefold reads versions 1, 2, 3"):
+    data[8:10] = b"\x05\x00"
+    with pytest.raises(CfxError, match="format version 5, this corefold reads versions 1, 2, 3, 4"):
         from_bytes(bytes(data))
 
 
@@ -68,3 +68,25 @@ def test_an_interleave_below_one_is_refused_in_one_line():
     exe.regions[0] = replace(exe.regions[0], interleave=0)
     with pytest.raises(CfxError, match="DRAM region 0 is interleaved over 0 channels"):
         from_bytes(to_bytes(exe), target=t)
+
+
+def test_a_fused_activation_is_version_4_and_refused_in_version_3():
+    """An op with a fused float activation (``Op.activation``, ``activation_work``) writes
+    format version 4 and reads back the same; labelled version 3 it is refused."""
+    import dataclasses
+
+    exe, t = _copy_exe()
+    exe.ops.append(dataclasses.replace(_an_op(), activation="Silu", activation_work=96.0))
+    data = bytearray(to_bytes(exe))
+    assert data[8:10] == b"\x04\x00"
+    back = from_bytes(bytes(data), target=t)
+    assert (back.ops[-1].activation, back.ops[-1].activation_work) == ("Silu", 96.0)
+    data[8:10] = b"\x03\x00"
+    with pytest.raises(CfxError, match="fused activation's work, unknown to format version 3"):
+        from_bytes(bytes(data))
+
+
+def _an_op():
+    from corefold.backend.executable import Op
+
+    return Op("mm", "MatMul", {}, ((1, 4), (4, 8)), ("float32", "float32"), ((1, 8),), ("float32",), "matrix", 32.0)

@@ -96,7 +96,8 @@ the live buffers of a core, weights included).
 Timing (the reference model; the timed simulator adds contention):
 
 * :class:`Compute`: ``ops[op].work / (throughput * clock_hz)`` seconds with the throughput
-  of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`);
+  of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`), plus a fused
+  activation's ``ops[op].activation_work`` over one vector unit's throughput;
 * :class:`DmaLoad` / :class:`DmaStore`: ``bytes`` at the smallest of the DMA unit's rate,
   the DRAM channel's share of the DRAM bandwidth and the route's link bandwidth, plus one
   hop latency per hop of ``route`` (on an interleaved region, each channel's share of the
@@ -156,11 +157,12 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
 #: Version 2 added :class:`DmaCopy` (opcode 9); an executable without one is written as
 #: version 1, byte for byte as before, so version-1 readers still read it. Version 3 added
 #: interleaved DRAM regions (:attr:`DramRegion.interleave` above 1); an executable without
-#: one is written as version 1 or 2.
-FORMAT_VERSION = 3
+#: one is written as version 1 or 2. Version 4 added fused activations of float ops
+#: (:attr:`Op.activation`); an executable without one is written as an earlier version.
+FORMAT_VERSION = 4
 
 #: Every format version this corefold reads.
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 #: Mesh directions, in the order of the report's ``link_bytes[y][x][d]``.
 DIRECTIONS = ("N", "E", "S", "W")
@@ -239,6 +241,14 @@ class Op:
             one unit is ``work / (throughput * clock_hz)``.
         quant: set for an integer operator (:class:`QuantOp`); its inputs are then the
             integers (dtypes above) and its output the quantized integers.
+        activation: a float operator's fused activation (one of
+            ``corefold.passes.quantize.integer.ACTIVATIONS``), applied to its output as
+            the executor computes that node (``"Silu"``: ``Mul(y, Sigmoid(y))``), or None.
+            It runs as an epilogue on the core's vector unit after the op's own work.
+        activation_work: the vector element operations of the fused activation (this
+            attribute's, or an integer op's ``quant.activation``); a Compute of this op
+            takes ``work / (throughput * clock_hz)`` of its unit plus ``activation_work``
+            over the vector unit's rate.
     """
 
     name: str
@@ -251,6 +261,8 @@ class Op:
     unit_kind: str
     work: float
     quant: QuantOp | None = None
+    activation: str | None = None
+    activation_work: float = 0.0
 
     def __hash__(self) -> int:
         return hash((self.name, self.op_type))

@@ -29,7 +29,10 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         fn = ops.get(op.op_type, where=f"op '{op.name}'").kernel
         if not callable(fn):
             raise UnsupportedOpError(f"op '{op.name}': no kernel for operator {op.op_type}")
-        return [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
+        out = [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
+        if op.activation is not None:
+            out[0] = apply_activation(op.activation, out[0])
+        return out
     hit = _CACHE.get(id(op))
     if hit is None or hit[0] is not op:
         if len(_CACHE) > 4096:
@@ -38,6 +41,20 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     _, runner, names = hit
     feeds = {n: np.asarray(x) for n, x in zip(names, inputs, strict=True) if n is not None}
     return [runner.run(feeds)["y"]]
+
+
+def apply_activation(kind: str, y: np.ndarray) -> np.ndarray:
+    """A fused float activation (:attr:`Op.activation`) on ``y``, with the reference
+    executor's kernels of the nodes it stands for (``"Silu"``: ``Mul(y, Sigmoid(y))``), so
+    that the result is the unfused graph's, bit for bit. O(y.size)."""
+    from corefold import ops
+
+    def node(op_type: str, *xs: np.ndarray) -> np.ndarray:
+        return np.asarray(ops.get(op_type, where=f"activation {kind}").kernel({}, list(xs))[0])
+
+    if kind == "Silu":
+        return node("Mul", y, node("Sigmoid", y))
+    return node(kind, y)
 
 
 #: id(op) -> (op, runner, input names): the small graphs of integer ops, built once.

@@ -30,11 +30,11 @@ import numpy as np
 
 from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
-from corefold.backend.tile import INTEGER_DOMAIN
+from corefold.backend.tile import INTEGER_DOMAIN, activation_cost
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value
-from corefold.passes.split.split import JOIN_META
+from corefold.passes.split.split import ACTIVATION_META, JOIN_META
 from corefold.target import Target
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
@@ -227,6 +227,10 @@ class _Builder:
                 raise UnsupportedOpError(f"value '{v.name}' of node '{node.name}' has no static shape")
         c = op_cost(node, self.target)
         quant = node.meta.get("quant")
+        act = node.meta.get(ACTIVATION_META) if quant is None else None
+        # a fused activation, float or integer, is vector work after the op's own
+        fused = act or (quant.activation if quant is not None else None)
+        act_work, act_s = activation_cost(fused, node.outputs[0], self.target) if fused else (0.0, 0.0)
         tid = len(self.tasks)
         outs = []
         for v in node.outputs:
@@ -239,8 +243,8 @@ class _Builder:
         xop = Op(node.name, op, dict(node.attrs), tuple(o.shape if o is not None else None for o in ins),
                  tuple(o.dtype.name if o is not None else None for o in ins),
                  tuple(tuple(v.shape) for v in node.outputs), tuple(v.dtype.name for v in node.outputs),
-                 c.unit, float(c.work), quant)
-        task = Task(tid, node.name, xop, ins, outs, c.unit, float(c.compute_seconds))
+                 c.unit, float(c.work), quant, act, act_work)
+        task = Task(tid, node.name, xop, ins, outs, c.unit, float(c.compute_seconds) + act_s)
         task.control = sorted({t for p in node.control_preds for t in self._tasks_of(p)})
         self.tasks.append(task)
         self.task_of_node[node] = tid
@@ -262,7 +266,11 @@ class _Builder:
         fn = ops.get(node.op_type, node.domain, where=f"node '{node.name}'").kernel
         if not callable(fn):
             raise UnsupportedOpError(f"node '{node.name}': no kernel for operator {node.op_type}")
-        res = fn(node.attrs, [v.const if v is not None else None for v in node.inputs])
+        res = list(fn(node.attrs, [v.const if v is not None else None for v in node.inputs]))
+        if node.meta.get(ACTIVATION_META):
+            from corefold.backend.kernels import apply_activation
+
+            res[0] = apply_activation(node.meta[ACTIVATION_META], np.asarray(res[0]))
         for v, r in zip(node.outputs, res, strict=False):
             self.operand[id(v)] = self.new_phys(v.name, np.shape(r), np.asarray(r).dtype, "const",
                                                 const=np.ascontiguousarray(r))

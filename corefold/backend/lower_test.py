@@ -275,6 +275,75 @@ def test_staged_boxes_merge_into_their_bounding_box_only_when_it_is_no_bigger():
     assert _staged_boxes(rows + rows[:1]) == _staged_boxes(rows)  # a view sent twice is stored once
 
 
+def _activations_graph(seed: int = 0) -> Graph:
+    """Conv + SiLU, Conv + Relu, Add + Relu, Gemm + HardSwish, and a Conv whose output a Relu
+    and a Tanh both read (nothing to fuse), on a 1 x 8 x 16 x 16 input."""
+    from corefold.ir.shapes import infer_node
+
+    rng = np.random.default_rng(seed)
+    g = Graph("activations")
+    x = g.add_input("x", (1, 8, 16, 16), "float32")
+
+    def node(op, ins, attrs=None, name=""):
+        n = g.make_node(op, ins, attrs or {}, name=name)
+        infer_node(n)
+        return n.outputs[0]
+
+    def w(*shape):
+        return g.add_constant(f"w{len(g.nodes)}", (rng.standard_normal(shape) / 4).astype(np.float32))
+
+    a = node("Conv", [x, w(16, 8, 3, 3)], {"pads": [1, 1, 1, 1]}, "conv_a")
+    silu = node("Mul", [a, node("Sigmoid", [a], name="sig_a")], name="mul_a")
+    r1 = node("Relu", [node("Conv", [silu, w(16, 16, 1, 1)], name="conv_b")], name="relu_b")
+    r2 = node("Relu", [node("Add", [r1, silu], name="add")], name="relu_add")
+    c = node("Conv", [silu, w(8, 16, 1, 1)], name="conv_c")
+    flat = node("Flatten", [node("GlobalAveragePool", [r2], name="gap")], name="flat")
+    hs = node("HardSwish", [node("Gemm", [flat, w(10, 16)], {"transB": 1}, "gemm")], name="hswish")
+    g.outputs = [hs, node("Relu", [c], name="relu_c"), node("Tanh", [c], name="tanh_c")]
+    return g
+
+
+def test_float_activations_fuse_into_their_producer_and_compute_the_same():
+    """The tile step fuses SiLU, Relu and HardSwish into the Conv, Add or Gemm they alone
+    read (``Op.activation``), leaves a Conv whose output two operators read alone, and the
+    executable computes what the executor does on the unfused graph (the activation's own
+    kernels: 1e-5 of the output scale covers the cut summation)."""
+    from corefold.backend.tile import tile
+
+    g = _activations_graph()
+    target = small_target(4, 4, 64, dram_attach="[[0, 0], [3, 3]]")
+    tiled = tile(g, target)
+    assert not any(n.op_type in ("Sigmoid", "Mul", "HardSwish") for n in tiled.nodes)
+    assert [n.op_type for n in tiled.nodes if n.op_type in ("Relu", "Tanh")] == ["Relu", "Tanh"]  # of conv_c
+    exe, want, got = _lower_and_run(g, target)
+    assert max_relative_error(want, got) <= 1e-5
+    acts = {(o.op_type, o.activation) for o in exe.ops if o.activation}
+    assert acts == {("Conv", "Silu"), ("Conv", "Relu"), ("Add", "Relu"), ("Gemm", "HardSwish")}
+    silu = next(o for o in exe.ops if o.activation == "Silu")
+    assert silu.activation_work == 11 * np.prod(silu.output_shapes[0])  # a Sigmoid (10 per element) and a Mul
+    assert to_text(tile(g, target)) == to_text(tiled)  # deterministic; the caller's graph is left alone
+    assert sum(n.op_type == "Sigmoid" for n in g.nodes) == 1
+
+
+def test_a_reduce_split_puts_the_fused_activation_after_the_sum():
+    """Cut over a reduced dimension, a fused activation must act on the whole sum, not on
+    each partial product: the pieces lose it and the ``Sum`` that joins them takes it."""
+    from corefold.passes.split import split_graph
+    from corefold.passes.split.split import ACTIVATION_META
+
+    rng = np.random.default_rng(1)
+    g = Graph("mm")
+    x = g.add_input("x", (1, 4096), "float32")
+    n = g.make_node("MatMul", [x, g.add_constant("w", rng.standard_normal((4096, 2)).astype(np.float32))], name="mm")
+    n.outputs[0].shape, n.outputs[0].dtype = (1, 2), np.dtype("float32")
+    n.meta[ACTIVATION_META] = "Relu"
+    g.outputs = [n.outputs[0]]
+    split_graph(g, None, threshold=8192)
+    sums = [m for m in g.nodes if m.op_type == "Sum"]
+    assert sums and all(m.meta.get(ACTIVATION_META) == "Relu" for m in sums)
+    assert not any(m.meta.get(ACTIVATION_META) for m in g.nodes if m.op_type == "MatMul")
+
+
 def test_a_float_gemm_reading_a_dequantized_weight_is_cut_like_a_float_one():
     """A QDQ model whose Gemm output stays float (no QuantizeLinear after it, as when a
     signed activation follows) keeps ``DequantizeLinear(weight)`` in front of the Gemm: a
@@ -338,7 +407,8 @@ def test_dram_regions_striped_or_on_one_channel_compute_the_same(interleave):
 def test_a_silu_after_an_integer_conv_is_one_integer_op_and_simulates_exactly():
     """The QDQ pattern ``DQ -> Conv -> Sigmoid, Mul -> Q`` lowers to one integer op with
     activation ``Silu`` (no float tensor crosses the NoC or DRAM), the simulation equals the
-    integer runner bit for bit, and the file is format version 3."""
+    integer runner bit for bit, and the file is format version 4 (the activation's vector
+    work is in the op table)."""
     from corefold.backend.cfx import from_bytes, to_bytes
     from corefold.passes.quantize.integer import IntegerRunner
     from corefold.passes.quantize.qdq_test import silu_qdq_text
@@ -354,8 +424,9 @@ def test_a_silu_after_an_integer_conv_is_one_integer_op_and_simulates_exactly():
     xq = rng.integers(-128, 128, (1, 2, 5, 5)).astype(np.int8)
     want = IntegerRunner(g).run({"xq": xq})["y"]
     np.testing.assert_array_equal(run_simulation(exe, {"xq": xq}, t).outputs["y"], want)
+    assert all(o.activation is None and o.activation_work == 11 * np.prod(o.output_shapes[0]) for o in exe.ops)
     data = to_bytes(exe)
-    assert data[8:10] == b"\x03\x00"
+    assert data[8:10] == b"\x04\x00"
     assert from_bytes(data, target=t).ops == exe.ops
 
 
@@ -396,7 +467,7 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
     from corefold.sim.timed import time_executable
 
     g = load_model(TINY_CNN)
-    t = load_target("npu")
+    t = load_target("npu-2x2")  # on npu, with Conv + Relu fused, the search changes no core
     exe, want, got = _lower_and_run(g, t)
     assert max_relative_error(want, got) <= 1e-5
     rep = exe.meta["order"]
@@ -449,7 +520,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
 
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
     g = load_model(TINY_CNN)
-    t = load_target("npu")
+    t = load_target("npu-2x2")  # on npu, with Conv + Relu fused, the search changes no core
     plain = lower(g, t)
     assert plain.meta["order"]["improved_cores"] > 0
     real = lower_mod._emit

@@ -182,7 +182,8 @@ def inspect_executable(path: str) -> None:
           + ", ".join(f"{d} {_bytes(n)}" for d, n in dtypes.items()) + f"); {quantized} quantized")
     regions = Counter(r.kind for r in exe.regions)
     print(f"DRAM         {summary['dram_bytes']:,} bytes in " + ", ".join(f"{n} {k}" for k, n in regions.items()))
-    ops = Counter((o.op_type, o.unit_kind, o.quant is not None) for o in exe.ops)
+    ops = Counter((o.op_type + ("+" + act if (act := o.activation or (o.quant.activation if o.quant else None))
+                                else ""), o.unit_kind, o.quant is not None) for o in exe.ops)
     print(f"ops          {len(exe.ops)}: " + ", ".join(
         f"{t}{' (int)' if q else ''} x{n} [{u}]" for (t, u, q), n in sorted(ops.items(), key=lambda kv: -kv[1])))
     stats = {k: exe.meta[k] for k in ("tasks", "spills", "estimated_makespan_s") if k in exe.meta}

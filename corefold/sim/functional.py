@@ -57,11 +57,12 @@ def _array(memory: np.ndarray, holder: Buffer | DramRegion, view: View) -> np.nd
 
 def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
     """``run(op, arrays) -> outputs``: the operator table's kernel of an ONNX op (the one
-    the reference executor runs), or the backend's integer kernel of a quantized one."""
+    the reference executor runs), or the backend's kernel of a quantized one or of one with
+    a fused activation."""
     kernels: dict[str, Callable] = {}
 
     def run(op: Op, arrays: list) -> list[np.ndarray]:
-        if op.quant is not None:
+        if op.quant is not None or op.activation is not None:
             from corefold.backend.kernels import run_op
 
             return list(run_op(op, arrays))

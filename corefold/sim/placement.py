@@ -72,7 +72,8 @@ def placement(exe: Executable, target) -> Placement:
             if isinstance(ins, Compute):
                 op = exe.ops[ins.op]
                 pl.ops[c][op.op_type] += 1
-                pl.seconds[c][op.op_type] += target.units[op.unit_kind].seconds(op.work, target.clock_hz)
+                pl.seconds[c][op.op_type] += (target.units[op.unit_kind].seconds(op.work, target.clock_hz)
+                                              + target.units["vector"].seconds(op.activation_work, target.clock_hz))
             elif isinstance(ins, Send):
                 entry = sends[(c, ins.dst_core)]
                 entry[0] += nbytes(ins.src, exe.buffers[ins.src.ref].dtype)

@@ -152,6 +152,7 @@ def build_report(exe: Executable, target: Target, timed: TimedRun, sram: SramUse
                     macs += op.work
                 elif op.unit_kind == "vector":
                     vector_ops += op.work
+                vector_ops += op.activation_work
     compulsory = sum(exe.regions[io.region].nbytes for io in (*exe.inputs, *exe.outputs))
     bound = roofline(macs, vector_ops, compulsory, target)
     links = np.zeros((h, w, 4), dtype=np.int64)

@@ -19,7 +19,8 @@ Signal. A Recv is two tasks: *posted* (its deps done) and *done* (the data arriv
 stages of each instruction:
 
 =============  ==============================================================
-Compute        its engine for ``work / (throughput x clock)``
+Compute        its engine for ``work / (throughput x clock)`` (plus a fused
+               activation's ``activation_work`` at the vector unit's rate)
 DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
 DmaStore       the DMA engine -> each hop -> DRAM channel
 DmaCopy        the DMA engine -> source DRAM channel -> each hop -> destination channel
@@ -229,7 +230,10 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
         if isinstance(ins, Compute):
             op = exe.ops[ins.op]
             unit = target.units[op.unit_kind]
-            stages = [m.unit_stage(p.core, ins.unit, op.work / (unit.throughput * clock))]
+            seconds = op.work / (unit.throughput * clock)
+            if op.activation_work:  # a fused activation: an epilogue on the vector unit's rate
+                seconds += op.activation_work / (target.units["vector"].throughput * clock)
+            stages = [m.unit_stage(p.core, ins.unit, seconds)]
             name, args["op_type"] = op.name, op.op_type
         elif isinstance(ins, (DmaLoad, DmaStore)):
             load = isinstance(ins, DmaLoad)

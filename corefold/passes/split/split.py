@@ -35,6 +35,9 @@ from corefold.settings import SettingsError
 from corefold.target import Target
 
 JOIN_META = "split_join"
+#: Node meta of a fused float activation (set by the backend's tile step): the pieces of a
+#: cut keep it, and a cut over a reduced dimension moves it onto the ``Sum`` that joins them.
+ACTIVATION_META = "activation"
 
 
 @dataclass
@@ -177,6 +180,8 @@ class _Splitter:
             piece = g.make_node(node.op_type, ins, attrs, num_outputs=len(names), name=f"{node.name}_part{j}",
                                 output_names=names, domain=node.domain)
             infer_node(piece)
+            if node.meta.get(ACTIVATION_META) and not ax.reduce:
+                piece.meta[ACTIVATION_META] = node.meta[ACTIVATION_META]
             pieces.append(piece)
         # move the original outputs onto the joins, so value names and graph outputs stay
         ctrl_preds, ctrl_succs = list(node.control_preds), list(node.control_succs)
@@ -193,6 +198,8 @@ class _Splitter:
             parts = [p.outputs[oi] for p in pieces]
             if ax.output is None:
                 join = Node("Sum", parts, [o], name=f"{o.name}_sum")
+                if node.meta.get(ACTIVATION_META):  # after the whole reduction, not on partial sums
+                    join.meta[ACTIVATION_META] = node.meta[ACTIVATION_META]
             else:
                 join = Node("Concat", parts, [o], {"axis": ax.output[0]}, name=f"{o.name}_concat")
                 join.meta[JOIN_META] = True
