@@ -268,6 +268,17 @@ class Op:
         return hash((self.name, self.op_type))
 
 
+def compute_seconds(op: Op, target: Any) -> float:
+    """How long a :class:`Compute` of ``op`` occupies its engine (module docstring, Timing):
+    ``work`` over one unit of ``op.unit_kind``, then a fused activation's
+    ``activation_work`` over one vector unit. O(1)."""
+    clock = target.clock_hz
+    seconds = op.work / (target.units[op.unit_kind].throughput * clock)
+    if op.activation_work:
+        seconds += op.activation_work / (target.units["vector"].throughput * clock)
+    return seconds
+
+
 # -- weights and I/O ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Weight:

@@ -30,7 +30,7 @@ import numpy as np
 
 from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
-from corefold.backend.tile import INTEGER_DOMAIN, activation_cost
+from corefold.backend.tile import INTEGER_DOMAIN, activation_cost, fused_activation
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value
@@ -227,9 +227,8 @@ class _Builder:
                 raise UnsupportedOpError(f"value '{v.name}' of node '{node.name}' has no static shape")
         c = op_cost(node, self.target)
         quant = node.meta.get("quant")
-        act = node.meta.get(ACTIVATION_META) if quant is None else None
-        # a fused activation, float or integer, is vector work after the op's own
-        fused = act or (quant.activation if quant is not None else None)
+        act = node.meta.get(ACTIVATION_META) if quant is None else None  # float ops only: Op.activation
+        fused = fused_activation(node)  # float or integer: vector work after the op's own
         act_work, act_s = activation_cost(fused, node.outputs[0], self.target) if fused else (0.0, 0.0)
         tid = len(self.tasks)
         outs = []

@@ -34,7 +34,7 @@ import numpy as np
 from corefold.cost import op_cost
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split.rules import candidate_axes
-from corefold.passes.split.split import ACTIVATION_META, JOIN_META, needs_fit
+from corefold.passes.split.split import JOIN_META, needs_fit
 from corefold.target import Target
 
 #: Pieces per core the cut aims at (the ``pieces_per_core`` of the module docstring).
@@ -102,11 +102,10 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
 
 def _seconds(node: Node, target: Target) -> float:
     """The node's compute time, a fused activation's included."""
-    from corefold.backend.tile import activation_cost
+    from corefold.backend.tile import activation_cost, fused_activation
 
     try:
-        quant = node.meta.get("quant")
-        act = quant.activation if quant is not None else node.meta.get(ACTIVATION_META)
+        act = fused_activation(node)
         extra = activation_cost(act, node.outputs[0], target)[1] if act else 0.0
         return op_cost(node, target).compute_seconds + extra
     except (ValueError, KeyError):

@@ -249,9 +249,15 @@ def fuse_float_activations(graph: Graph) -> int:
         outputs = set(map(id, graph.outputs))
         fused += 1
     if fused:
-        graph.reorder(graph.topological_order())
         graph.sort()
     return fused
+
+
+def fused_activation(node: Node) -> str | None:
+    """The activation fused into ``node``: an integer op's ``quant.activation`` or a float
+    op's ``meta[ACTIVATION_META]`` (:func:`fuse_float_activations`), else None. O(1)."""
+    quant = node.meta.get("quant")
+    return quant.activation if quant is not None else node.meta.get(ACTIVATION_META)
 
 
 def activation_cost(kind: str, out: Value, target: Target) -> tuple[float, float]:

@@ -60,6 +60,7 @@ from corefold.backend.executable import (
     Signal,
     View,
     Wait,
+    compute_seconds,
     instruction_kind,
     split_bytes,
     xy_route,
@@ -129,7 +130,6 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
     """
     engine = Engine()
     m = Machine.build(target, engine)
-    clock = target.clock_hz
 
     # -- nodes and their dependencies ---------------------------------------------------------
     # node ids: (c, j) -> 2 * flat + 0 (completion), Recv posting -> 2 * flat + 1
@@ -229,11 +229,7 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
         args: dict = {"instruction": label}
         if isinstance(ins, Compute):
             op = exe.ops[ins.op]
-            unit = target.units[op.unit_kind]
-            seconds = op.work / (unit.throughput * clock)
-            if op.activation_work:  # a fused activation: an epilogue on the vector unit's rate
-                seconds += op.activation_work / (target.units["vector"].throughput * clock)
-            stages = [m.unit_stage(p.core, ins.unit, seconds)]
+            stages = [m.unit_stage(p.core, ins.unit, compute_seconds(op, target))]
             name, args["op_type"] = op.name, op.op_type
         elif isinstance(ins, (DmaLoad, DmaStore)):
             load = isinstance(ins, DmaLoad)
