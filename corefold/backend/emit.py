@@ -14,13 +14,15 @@
 * **Emit.** Each event becomes an instruction. ``deps`` are: for a read, the instructions
   that wrote the buffer; for a write, every instruction that accessed a buffer of the same
   core whose addresses overlap and whose lifetime ended before (the buffer is reused).
-  A dependence on an instruction of an engine is dropped when a later instruction of the
-  same engine is a dependence too (engines run in order). Compute goes to the unit of its
-  kind that frees up first under the tasks' durations.
+  A dependence implied by another one (through ``deps`` and in-order engines, on the
+  core) is dropped: a transitive reduction over bitsets of ancestors, so an instruction
+  lists what it waits for directly, not every reader of a reused buffer. Compute goes to
+  the unit of its kind that frees up first under the tasks' durations.
 * **Pack.** Each weight buffer gets its constant's array (float32 as in the model, or the
   integers of a fused integer operator with their :class:`QuantTensor`).
 
-Cost: O(B^2) per core for the buffer overlaps, O(I * deps) for the instructions.
+Cost: O(B^2) per core for the buffer overlaps, O(I * deps * I / 64) for the instructions
+(the ancestor bitsets).
 """
 
 from __future__ import annotations
@@ -229,7 +231,6 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
     reuse = _reuse_deps(plan, cp.buffers, life)
     writers: dict[int, list[int]] = {}
     accessors: dict[int, list[int]] = {}
-    engine_of: list[str | None] = []
     unit_free = {k: [0.0] * u.count for k, u in target.units.items()}
     dma_next = 0
     out: list = []
@@ -237,16 +238,24 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
     def view(v) -> View:
         return View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3]))
 
-    def prune(deps: set[int]) -> tuple[int, ...]:
-        last: dict[str, int] = {}
+    # ancestors[i]: bitset of the instructions that happen before instruction i on this core
+    # (its deps, the previous instruction of its engine, and theirs, transitively)
+    ancestors: list[int] = []
+    last_on: dict[str, int] = {}
+
+    def prune(deps: set[int], unit: str | None) -> tuple[tuple[int, ...], int]:
+        """The deps not implied by another dep or by the engine's previous instruction
+        (a transitive reduction), and the new instruction's ancestor bitset. O(d I / 64)."""
+        covered = 0
+        prev = last_on.get(unit) if unit is not None else None
+        if prev is not None:
+            covered = ancestors[prev] | 1 << prev
         keep = []
-        for d in sorted(deps):
-            e = engine_of[d]
-            if e is None:
+        for d in sorted(deps, reverse=True):  # an ancestor of d has a smaller index than d
+            if not covered >> d & 1:
                 keep.append(d)
-            else:
-                last[e] = d
-        return tuple(sorted(keep + list(last.values())))
+                covered |= ancestors[d] | 1 << d
+        return tuple(sorted(keep)), covered
 
     index_of: dict[int, int] = {}
     for ev in cp.events:
@@ -262,7 +271,6 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
             for a in reuse.get(v[0], ()):
                 deps.update(accessors.get(a, ()))
         deps.discard(idx)
-        dtuple = prune(deps)
         unit = None
         if ev.kind == "compute":
             t = lg.tasks[ev.task]
@@ -270,11 +278,14 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
             u = frees.index(min(frees))
             frees[u] += durations[ev.task]
             unit = f"{t.unit}{u}"
-            ins = Compute(task_ops[ev.task], unit, tuple(view(v) if v is not None else None for v in ev.reads),
-                          tuple(view(v) for v in ev.writes), dtuple)
         elif ev.kind in ("load", "store", "copy", "dram_copy"):
             unit = f"dma{dma_next % target.units['dma'].count}"
             dma_next += 1
+        dtuple, ancestry = prune(deps, unit)
+        if ev.kind == "compute":
+            ins = Compute(task_ops[ev.task], unit, tuple(view(v) if v is not None else None for v in ev.reads),
+                          tuple(view(v) for v in ev.writes), dtuple)
+        elif ev.kind in ("load", "store", "copy", "dram_copy"):
             if ev.kind == "copy":
                 ins = Copy(unit, view(ev.reads[0]), view(ev.writes[0]), dtuple)
             elif ev.kind == "dram_copy":
@@ -301,7 +312,9 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
         else:
             ins = Wait(ev.tag, ev.peer, dtuple)
         out.append(ins)
-        engine_of.append(unit)
+        ancestors.append(ancestry)
+        if unit is not None:
+            last_on[unit] = idx
         for v in ev.reads:
             if v is not None:
                 accessors.setdefault(v[0], []).append(idx)
