@@ -21,7 +21,10 @@ for ``P`` usable cores, along one of two kinds of axis:
 
 An operator that reads the join of a cut producer is cut the same way (same axis, same
 piece count), so that piece ``j`` reads mostly what piece ``j`` of its producer wrote and
-the placement can keep them on one core. Pieces compute exactly what the operator would
+the placement can keep them on one core. A join of the split pass counts too, with the
+pieces this pass cut its pieces into (:func:`joined_cut`): a residual Add after a Conv
+split three ways to fit and each third eleven ways for the mesh would otherwise read from
+33 cores, more than a core's NoC buffers take (int8 ResNet-18). Pieces compute exactly what the operator would
 (no reduction is split), so outputs are unchanged. O(V + pieces).
 """
 
@@ -71,7 +74,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         if node not in seconds or len(node.outputs) != 1:
             continue
         x = next((v for v in node.inputs if v is not None and not v.is_constant), None)
-        follow = cut_of.get(id(x)) if x is not None else None
+        follow = (cut_of.get(id(x)) or joined_cut(x)) if x is not None else None
         if follow is not None and follow[0] != 2 and node.op_type in MATRIX_OPS:
             follow = None  # it reads its whole input anyway: its own cut
         k = math.ceil(seconds[node] / tau)
@@ -80,6 +83,9 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         how = _choose(node, follow)
         if follow is not None:
             k = max(k, follow[1]) if how == "rows" else follow[1]
+        # every piece may land on its own core, and a reader of the whole output (the next
+        # matrix operator) must receive from all of them: its NoC buffers bound the pieces
+        k = min(k, max(1, target.noc_streams_per_core // _siblings(node)))
         if how == "rows":
             k = min(k, node.outputs[0].shape[2] // MIN_ROWS)
             if k < 2:
@@ -98,6 +104,38 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     if cut:
         graph.sort()
     return cut
+
+
+def joined_cut(x: Value) -> tuple[int, int] | None:
+    """``(axis, pieces)`` when ``x`` is the Concat join of a cut (``split_join``, e.g. the
+    split pass's, whose pieces this pass may have cut again): its leaf pieces counted
+    through nested joins on the same axis; else None. O(pieces)."""
+    join = x.producer
+    if join is None or join.op_type != "Concat" or not join.meta.get(JOIN_META) or x.shape is None:
+        return None
+    axis = int(join.attrs.get("axis", 0)) % len(x.shape)
+
+    def leaves(v: Value) -> int:
+        n = v.producer
+        if (n is not None and n.op_type == "Concat" and n.meta.get(JOIN_META) and v.shape is not None
+                and int(n.attrs.get("axis", 0)) % len(v.shape) == axis):
+            return sum(leaves(i) for i in n.inputs)
+        return 1
+
+    pieces = leaves(x)
+    return (axis, pieces) if pieces >= 2 else None
+
+
+def _siblings(node: Node) -> int:
+    """How many pieces the output of ``node`` is joined with: 1, or the leaf count of the
+    outermost chain of Concat joins it feeds (``node`` a piece of a split). O(depth)."""
+    count, v = 1, node.outputs[0]
+    while True:
+        users = v.consumers()
+        if len(users) != 1 or users[0].op_type != "Concat" or not users[0].meta.get(JOIN_META):
+            return count
+        count *= len(users[0].inputs)
+        v = users[0].outputs[0]
 
 
 def _seconds(node: Node, target: Target) -> float:

@@ -151,3 +151,42 @@ def test_a_banded_conv_chain_uses_more_cores_runs_faster_and_matches():
     assert max_relative_error(want, banded.outputs) <= 1e-5
     assert banded_exe.meta["cores_used"] > lower(g, t, WHOLE).meta["cores_used"]
     assert banded.report.latency_s < whole.report.latency_s
+
+
+def _residual_conv(seed: int = 0) -> Graph:
+    """y = Conv3x3(x) + x on a 1x32x32x32 image (36 KiB of weights)."""
+    rng = np.random.default_rng(seed)
+    g = Graph("residual")
+    x = g.add_input("x", (1, 32, 32, 32), "float32")
+    w = g.add_constant("w", (rng.standard_normal((32, 32, 3, 3)) / 16).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(32).astype(np.float32))
+    conv = g.make_node("Conv", [x, w, b], {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+                       name="conv")
+    infer_node(conv)
+    add = g.make_node("Add", [conv.outputs[0], x], name="add")
+    infer_node(add)
+    g.outputs = [add.outputs[0]]
+    return g
+
+
+def test_a_reader_of_a_cut_weights_join_follows_its_leaf_pieces_within_the_noc_streams():
+    from corefold.backend.parallel import joined_cut
+    from corefold.backend.tile import cut_weights
+
+    g = _residual_conv()
+    # 8 KiB streams: a core receives from at most 8 others
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64, noc_buffer_kib=4, stream_bytes=512)
+    assert t.noc_streams_per_core == 8
+    cut = copy_graph(g)
+    assert cut_weights(cut, 10 * 1024) == 1  # the Conv: 4 pieces of 8 output channels
+    cut.sort()
+    assert joined_cut(next(n for n in cut.nodes if n.op_type == "Add").inputs[0]) == (1, 4)
+    cut_for_parallelism(cut, t, pieces_per_core=64.0)
+    convs = [n for n in cut.nodes if n.op_type == "Conv"]
+    adds = [n for n in cut.nodes if n.op_type == "Add"]
+    # each quarter cut again (into bands of rows), but into at most 8 pieces in all (the
+    # NoC streams); the Add follows the channel join: one piece per quarter
+    assert 4 < len(convs) <= 8
+    assert [a.outputs[0].shape[1] for a in adds] == [8, 8, 8, 8]
+    feeds = random_inputs(g, 4)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6

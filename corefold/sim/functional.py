@@ -77,9 +77,13 @@ def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
     return run
 
 
-def run_functional(exe: Executable, target: Target, run: TimedRun,
-                   inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_functional(exe: Executable, target: Target, run: TimedRun, inputs: dict[str, np.ndarray],
+                   probe: Callable[[Op, list], None] | None = None) -> dict[str, np.ndarray]:
     """Execute the program's effects in the timed run's start order; return the outputs.
+
+    ``probe(op, arrays)``, when given, sees every Compute's op and input arrays (copies)
+    before it runs: how a check reads what the chip computed inside the graph, e.g. the
+    logits of a Softmax, whose outputs hide them.
 
     Raises:
         DataError: an input is missing, unknown, of the wrong shape or dtype, or not finite.
@@ -117,6 +121,8 @@ def run_functional(exe: Executable, target: Target, run: TimedRun,
         if isinstance(ins, Compute):
             op = exe.ops[ins.op]
             args = [None if v is None else _array(mem, buffers[v.ref], v) for v in ins.inputs]
+            if probe is not None:
+                probe(op, [None if a is None else a.copy() for a in args])
             results = run_op(op, args)
             if len(results) < len(ins.outputs):
                 raise KernelError(f"op '{op.name}' ({op.op_type}): {len(results)} outputs, {len(ins.outputs)} expected")

@@ -271,3 +271,18 @@ def test_a_route_on_an_interleaved_region_is_an_internal_error():
     exe.programs[0].instructions[0] = replace(load, route=xy_route((1, 0), (0, 0)))
     with pytest.raises(ExecutableError, match="interleaved region 0 has a route"):
         check_executable(exe, t)
+
+
+def test_the_functional_probe_sees_each_compute_s_inputs_before_it_runs():
+    from corefold.sim.functional import run_functional
+
+    exe, t, w = _matmul_relu()
+    x = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+    sim = run_simulation(exe, {"x": x}, t)
+    seen = []
+    outputs = run_functional(exe, t, sim.timed, {"x": x}, probe=lambda op, arrays: seen.append((op.op_type, arrays)))
+    assert [s[0] for s in seen] == ["MatMul", "Relu"]
+    np.testing.assert_array_equal(seen[0][1][0], x)
+    np.testing.assert_array_equal(seen[0][1][1], w)
+    np.testing.assert_allclose(seen[1][1][0], x @ w, rtol=1e-6)  # the pre-activation values
+    np.testing.assert_array_equal(outputs["y"], sim.outputs["y"])
