@@ -45,6 +45,7 @@ from corefold.backend.executable import (
     View,
     Wait,
     Weight,
+    compute_stages,
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
@@ -278,6 +279,10 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
             u = frees.index(min(frees))
             frees[u] += durations[ev.task]
             unit = f"{t.unit}{u}"
+            for name, seconds in (compute_stages(t.op, unit, target)[1:] if t.op is not None else ()):
+                # a streamed epilogue holds this vector engine too
+                k = int(name[len("vector"):])
+                unit_free["vector"][k] = max(unit_free["vector"][k], frees[u] - durations[ev.task]) + seconds
         elif ev.kind in ("load", "store", "copy", "dram_copy"):
             unit = f"dma{dma_next % target.units['dma'].count}"
             dma_next += 1

@@ -96,8 +96,12 @@ the live buffers of a core, weights included).
 Timing (the reference model; the timed simulator adds contention):
 
 * :class:`Compute`: ``ops[op].work / (throughput * clock_hz)`` seconds with the throughput
-  of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`), plus a fused
-  activation's ``ops[op].activation_work`` over one vector unit's throughput;
+  of one unit of ``ops[op].unit_kind`` (:class:`corefold.target.Unit`). A fused
+  activation's ``ops[op].activation_work`` takes one vector unit's throughput: on a
+  matrix engine ``i`` it streams through vector engine ``i mod count`` as the results
+  come (an epilogue pipeline: that engine is held meanwhile, and the instruction completes
+  when both are done, ``max`` of the two times when neither waits); on a vector op it
+  follows the op's own work on its engine (:func:`compute_stages`);
 * :class:`DmaLoad` / :class:`DmaStore`: ``bytes`` at the smallest of the DMA unit's rate,
   the DRAM channel's share of the DRAM bandwidth and the route's link bandwidth, plus one
   hop latency per hop of ``route`` (on an interleaved region, each channel's share of the
@@ -244,11 +248,11 @@ class Op:
         activation: a float operator's fused activation (one of
             ``corefold.passes.quantize.integer.ACTIVATIONS``), applied to its output as
             the executor computes that node (``"Silu"``: ``Mul(y, Sigmoid(y))``), or None.
-            It runs as an epilogue on the core's vector unit after the op's own work.
+            It runs as an epilogue on the core's vector unit (:func:`compute_stages`).
         activation_work: the vector element operations of the fused activation (this
             attribute's, or an integer op's ``quant.activation``); a Compute of this op
-            takes ``work / (throughput * clock_hz)`` of its unit plus ``activation_work``
-            over the vector unit's rate.
+            takes ``work / (throughput * clock_hz)`` of its unit and ``activation_work``
+            over the vector unit's rate (:func:`compute_stages`).
     """
 
     name: str
@@ -268,15 +272,24 @@ class Op:
         return hash((self.name, self.op_type))
 
 
-def compute_seconds(op: Op, target: Any) -> float:
-    """How long a :class:`Compute` of ``op`` occupies its engine (module docstring, Timing):
-    ``work`` over one unit of ``op.unit_kind``, then a fused activation's
-    ``activation_work`` over one vector unit. O(1)."""
+def compute_stages(op: Op, unit: str, target: Any) -> list[tuple[str, float]]:
+    """The engines a :class:`Compute` of ``op`` on engine ``unit`` occupies, in order, and
+    for how long (module docstring, Timing): ``work`` over one unit of ``op.unit_kind``;
+    a fused activation's ``activation_work`` over one vector unit, streamed through vector
+    engine ``i mod count`` beside matrix engine ``i`` (an epilogue pipeline, which the
+    roofline's vector term assumes too), or after the work on the same engine when the op
+    is itself a vector op or the core has no vector unit. O(1)."""
     clock = target.clock_hz
-    seconds = op.work / (target.units[op.unit_kind].throughput * clock)
+    stages = [(unit, op.work / (target.units[op.unit_kind].throughput * clock))]
     if op.activation_work:
-        seconds += op.activation_work / (target.units["vector"].throughput * clock)
-    return seconds
+        vector = target.units.get("vector")
+        seconds = op.activation_work / ((vector or target.units[op.unit_kind]).throughput * clock)
+        if vector is None or op.unit_kind == "vector":
+            stages[0] = (unit, stages[0][1] + seconds)
+        else:
+            index = int(unit[len(op.unit_kind):] or 0)
+            stages.append((f"vector{index % vector.count}", seconds))
+    return stages
 
 
 # -- weights and I/O ---------------------------------------------------------------------------

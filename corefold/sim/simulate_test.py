@@ -286,3 +286,44 @@ def test_the_functional_probe_sees_each_compute_s_inputs_before_it_runs():
     np.testing.assert_array_equal(seen[0][1][1], w)
     np.testing.assert_allclose(seen[1][1][0], x @ w, rtol=1e-6)  # the pre-activation values
     np.testing.assert_array_equal(outputs["y"], sim.outputs["y"])
+
+
+def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_work():
+    from dataclasses import replace
+
+    t = small_target()
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    b = ExeBuilder(t)
+    x = b.graph_input("x", (1, 4))
+    y = b.graph_output("y", (1, 4))
+    z = b.graph_output("z", (1, 4))
+    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
+    bx = b.buffer((0, 0), (1, 4), offset=64, name="x")
+    by = b.buffer((0, 0), (1, 4), offset=128, name="y")
+    bz = b.buffer((0, 0), (1, 4), offset=192, name="z")
+    fused = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
+    b.ops[fused] = replace(b.ops[fused], activation="Relu", activation_work=40.0)  # 10 ns of vector work
+    plain = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
+    core = (0, 0)
+    b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(bx), xy_route((1, 0), core)))
+    b.add(core, Compute(fused, "matrix0", (b.view(bx), b.view(wb)), (b.view(by),), deps=(0,)))
+    b.add(core, Compute(plain, "matrix0", (b.view(bx), b.view(wb)), (b.view(bz),), deps=(0,)))
+    b.add(core, DmaStore("dma0", b.view(by), b.view(y, dram=True), xy_route(core, (1, 0)), deps=(1,)))
+    b.add(core, DmaStore("dma0", b.view(bz), b.view(z, dram=True), xy_route(core, (1, 0)), deps=(2,)))
+    xv = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+    sim = run_simulation(b.build(), {"x": xv}, t)
+    np.testing.assert_allclose(sim.outputs["y"], np.maximum(xv @ w, 0), rtol=1e-6)
+    np.testing.assert_allclose(sim.outputs["z"], xv @ w, rtol=1e-6)
+    tm, c = sim.timed, 0
+    # x is in SRAM at 26 ns (as in the test above); the MatMul's 16 MAC take matrix0 for
+    # 26-28 while its Relu streams through vector0 for 26-36 (10 ns): done at 36, not at
+    # 38 as one engine would take (2 + 10 ns); the next matrix instruction follows it
+    assert (tm.start(c, 1) - tm.run_start, tm.finish(c, 1) - tm.run_start) == (pytest.approx(4 * NS),
+                                                                              pytest.approx(14 * NS))
+    assert tm.start(c, 2) == pytest.approx(tm.finish(c, 1))
+    assert tm.finish(c, 2) - tm.start(c, 2) == pytest.approx(2 * NS)
+    vector = tm.machine.units[(core, "vector0")]
+    busy = [(tm.timeline.start[k], tm.timeline.finish[k]) for k in range(len(tm.engine.tasks))
+            if any(s.resource == vector for s in tm.engine.tasks[k].stages)]
+    assert len(busy) == 1

@@ -19,8 +19,11 @@ Signal. A Recv is two tasks: *posted* (its deps done) and *done* (the data arriv
 stages of each instruction:
 
 =============  ==============================================================
-Compute        its engine for ``work / (throughput x clock)`` (plus a fused
-               activation's ``activation_work`` at the vector unit's rate)
+Compute        its engine for ``work / (throughput x clock)``; a fused
+               activation's ``activation_work`` at the vector unit's rate: on
+               a matrix op a second stage, vector engine ``i mod count``,
+               streamed (cut-through) behind matrix engine ``i``; on a
+               vector op the same engine, after the work
 DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
 DmaStore       the DMA engine -> each hop -> DRAM channel
 DmaCopy        the DMA engine -> source DRAM channel -> each hop -> destination channel
@@ -60,7 +63,7 @@ from corefold.backend.executable import (
     Signal,
     View,
     Wait,
-    compute_seconds,
+    compute_stages,
     instruction_kind,
     split_bytes,
     xy_route,
@@ -229,7 +232,11 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
         args: dict = {"instruction": label}
         if isinstance(ins, Compute):
             op = exe.ops[ins.op]
-            stages = [m.unit_stage(p.core, ins.unit, compute_seconds(op, target))]
+            stages = []
+            for engine_name, seconds in compute_stages(op, ins.unit, target):
+                if (p.core, engine_name) not in m.units:
+                    raise ProgramError(f"core {p.core} instruction {j}: no engine '{engine_name}' for its epilogue")
+                stages.append(m.unit_stage(p.core, engine_name, seconds))
             name, args["op_type"] = op.name, op.op_type
         elif isinstance(ins, (DmaLoad, DmaStore)):
             load = isinstance(ins, DmaLoad)
