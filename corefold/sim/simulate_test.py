@@ -24,18 +24,22 @@ from corefold.sim.timed import ProgramError
 NS = 1e-9
 
 
+def _weights_and_rows(seed, names):
+    """The small target, a builder, a 4x4 float weight W resident at address 0 of core
+    (0,0) and (1, 4) buffers named ``names`` above it (64 bytes apart)."""
+    t = small_target()
+    w = np.random.default_rng(seed).standard_normal((4, 4)).astype(np.float32)
+    b = ExeBuilder(t)
+    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
+    rows = [b.buffer((0, 0), (1, 4), offset=64 * (i + 1), name=n) for i, n in enumerate(names)]
+    return t, b, w, wb, rows
+
+
 def _matmul_relu(seed=0):
     """y = Relu(x @ W) on core (0,0) of the small target; x comes from DRAM at router (1,0)."""
-    t = small_target()
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((4, 4)).astype(np.float32)
-    b = ExeBuilder(t)
+    t, b, w, wb, (bx, by, bz) = _weights_and_rows(seed, ("x", "xw", "y"))
     x = b.graph_input("x", (1, 4))
     y = b.graph_output("y", (1, 4))
-    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
-    bx = b.buffer((0, 0), (1, 4), offset=64, name="x")
-    by = b.buffer((0, 0), (1, 4), offset=128, name="xw")
-    bz = b.buffer((0, 0), (1, 4), offset=192, name="y")
     mm = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
     relu = b.op("Relu", [(1, 4)], [(1, 4)], "vector", 4)
     core = (0, 0)
@@ -291,17 +295,10 @@ def test_the_functional_probe_sees_each_compute_s_inputs_before_it_runs():
 def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_work():
     from dataclasses import replace
 
-    t = small_target()
-    rng = np.random.default_rng(1)
-    w = rng.standard_normal((4, 4)).astype(np.float32)
-    b = ExeBuilder(t)
+    t, b, w, wb, (bx, by, bz) = _weights_and_rows(1, ("x", "y", "z"))
     x = b.graph_input("x", (1, 4))
     y = b.graph_output("y", (1, 4))
     z = b.graph_output("z", (1, 4))
-    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
-    bx = b.buffer((0, 0), (1, 4), offset=64, name="x")
-    by = b.buffer((0, 0), (1, 4), offset=128, name="y")
-    bz = b.buffer((0, 0), (1, 4), offset=192, name="z")
     fused = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
     b.ops[fused] = replace(b.ops[fused], activation="Relu", activation_work=40.0)  # 10 ns of vector work
     plain = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
