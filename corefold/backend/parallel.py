@@ -24,8 +24,10 @@ piece count), so that piece ``j`` reads mostly what piece ``j`` of its producer 
 the placement can keep them on one core. A join of the split pass counts too, with the
 pieces this pass cut its pieces into (:func:`joined_cut`): a residual Add after a Conv
 split three ways to fit and each third eleven ways for the mesh would otherwise read from
-33 cores, more than a core's NoC buffers take (int8 ResNet-18). Pieces compute exactly what the operator would
-(no reduction is split), so outputs are unchanged. O(V + pieces).
+33 cores, more than a core's NoC buffers take (int8 ResNet-18). For the same reason no
+operator is cut into more pieces than a core receives from (``noc_streams_per_core``,
+over the pieces of the join it feeds). Pieces compute exactly what the operator would (no
+reduction is split), so outputs are unchanged. O(V + pieces).
 """
 
 from __future__ import annotations
