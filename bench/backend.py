@@ -118,13 +118,9 @@ NORMALISERS = frozenset({"Softmax", "LogSoftmax"})
 REARRANGE = frozenset({"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"})
 
 
-def float_error(graph, exe, target, sim, feeds) -> float:
-    """Max |error| / scale of the float simulation against the executor, over the graph
-    outputs; an output made by a Softmax (through reshapes) is compared at the Softmax's
-    input, the logits the chip computed (read by the functional run's probe). O(run)."""
-    from corefold.executor import run
-    from corefold.sim.functional import run_functional
-
+def softmax_logits(graph) -> dict:
+    """Softmax node name -> its input value, for every graph output a Softmax makes
+    (through reshapes). O(outputs x depth)."""
     logits = {}
     for out in graph.outputs:
         node = out.producer
@@ -132,17 +128,19 @@ def float_error(graph, exe, target, sim, feeds) -> float:
             node = node.inputs[0].producer
         if node is not None and node.op_type in NORMALISERS:
             logits[node.name] = node.inputs[0]
+    return logits
+
+
+def float_error(graph, sim, feeds, logits: dict, seen: dict) -> float:
+    """Max |error| / scale of the float simulation against the executor, over the graph
+    outputs; an output made by a Softmax is compared at the Softmax's input (``logits``),
+    as the chip computed it (``seen``: read by the functional run's probe). O(run)."""
+    from corefold.executor import run
+
     if not logits:
         want = run(graph, feeds)
         return max(float(np.abs(sim.outputs[k] - ref).max()) / (float(np.abs(ref).max()) or 1.0)
                    for k, ref in want.items())
-    seen: dict[str, np.ndarray] = {}
-
-    def probe(op, arrays):
-        if op.name in logits:
-            seen[op.name] = arrays[0]
-
-    run_functional(exe, target, sim.timed, feeds, probe=probe)
     kept = graph.outputs
     graph.outputs = list(logits.values())
     try:
@@ -168,7 +166,14 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
         return row
     row["lower_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sim = run_simulation(exe, feeds, target)
+    logits = {} if quantize else softmax_logits(graph)
+    seen: dict = {}
+
+    def probe(op, arrays):
+        if op.name in logits:
+            seen[op.name] = arrays[0]
+
+    sim = run_simulation(exe, feeds, target, probe=probe if logits else None)
     row["sim_s"] = time.perf_counter() - t0
     r = sim.report
     if quantize:
@@ -181,7 +186,7 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
             steps = max(steps, float(np.abs(sim.outputs[k].astype(np.float64) - ref).max()) / step)
         row["err"] = steps
     else:
-        row["err"] = float_error(graph, exe, target, sim, feeds)
+        row["err"] = float_error(graph, sim, feeds, logits, seen)
     used = [v for v in r.sram_peak_bytes if v]
     row.update(latency_s=r.latency_s, roofline_s=r.roofline_s, ratio=r.latency_s / r.roofline_s,
                binding=sim.roofline.binding, sram_peak=max(used) / r.sram_capacity_bytes,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -106,9 +107,10 @@ def random_inputs(exe: Executable, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def run_simulation(exe: Executable, inputs: dict[str, np.ndarray] | None, target: Target | str | Path | None = None,
-                   functional: bool = True) -> Simulation:
+                   functional: bool = True, probe: Callable | None = None) -> Simulation:
     """Simulate ``exe`` (module docstring); ``functional=False`` skips the data (timing,
-    SRAM checks and report only; ``inputs`` may then be None).
+    SRAM checks and report only; ``inputs`` may then be None). ``probe`` goes to the
+    functional run (:func:`~corefold.sim.functional.run_functional`).
 
     Raises:
         TargetError: see :func:`resolve_target`.
@@ -121,7 +123,7 @@ def run_simulation(exe: Executable, inputs: dict[str, np.ndarray] | None, target
         raise DataError("no inputs to simulate with")
     timed = time_executable(exe, t)
     sram = sram_use(exe, timed, t.sram_bytes)
-    outputs = run_functional(exe, t, timed, inputs) if functional else {}
+    outputs = run_functional(exe, t, timed, inputs, probe) if functional else {}
     report, bound = build_report(exe, t, timed, sram)
     return Simulation(outputs, report, timed, sram, t, bound)
 

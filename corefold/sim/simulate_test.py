@@ -290,6 +290,9 @@ def test_the_functional_probe_sees_each_compute_s_inputs_before_it_runs():
     np.testing.assert_array_equal(seen[0][1][1], w)
     np.testing.assert_allclose(seen[1][1][0], x @ w, rtol=1e-6)  # the pre-activation values
     np.testing.assert_array_equal(outputs["y"], sim.outputs["y"])
+    again = []
+    run_simulation(exe, {"x": x}, t, probe=lambda op, arrays: again.append(arrays[0]))  # passed on
+    np.testing.assert_array_equal(again[1], seen[1][1][0])
 
 
 def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_work():
