@@ -466,8 +466,8 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
     from corefold.backend.lower import DEFAULT
     from corefold.sim.timed import time_executable
 
-    g = load_model(TINY_CNN)
-    t = load_target("npu-2x2")  # on npu, with Conv + Relu fused, the search changes no core
+    g = _conv_chain(16, 16, 4)
+    t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     exe, want, got = _lower_and_run(g, t)
     assert max_relative_error(want, got) <= 1e-5
     rep = exe.meta["order"]
@@ -519,8 +519,8 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     import importlib
 
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
-    g = load_model(TINY_CNN)
-    t = load_target("npu-2x2")  # on npu, with Conv + Relu fused, the search changes no core
+    g = _conv_chain(16, 16, 4)
+    t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     plain = lower(g, t)
     assert plain.meta["order"]["improved_cores"] > 0
     real = lower_mod._emit
@@ -614,3 +614,30 @@ def test_graph_input_loads_are_issued_one_task_ahead_and_overlap_the_compute(mon
         r = time_executable(exe, t)
         runs[prefetch] = r.run_end - r.run_start
     assert runs[True] < runs[False]
+
+
+def test_the_clustering_times_a_cores_dma_engine_for_its_local_copies():
+    """A row piece of the second Conv reads a band spanning pieces of the first: the pieces
+    on its own core are copied together by the core's one DMA engine, so it starts no
+    earlier than those producers' end plus the copied bytes over the DMA rate (timed as
+    ready when the producers ended, the clustering packed such pieces onto one core). The
+    compute times are zeroed so that nothing else delays the readers."""
+    import importlib
+
+    from corefold.backend.place import _copied_bytes, cluster
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    t = load_target("npu")
+    lg, _ = lower_mod._prepare(_conv_chain(16, 64, 2), t)
+    for task in lg.tasks:
+        task.seconds = 0.0
+    cl = cluster(lg, t)
+    rate = t.units["dma"].throughput * t.clock_hz
+    checked = 0
+    for task in lg.tasks:
+        g = cl.group[task.id]
+        local = {p: b for p, b in _copied_bytes(lg, task).items() if cl.group[p] == g}
+        if local:
+            assert cl.start[task.id] >= max(cl.end[p] for p in local) + sum(local.values()) / rate - 1e-15
+            checked += 1
+    assert checked > 0

@@ -75,8 +75,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     for node in list(graph.nodes):
         if node not in seconds or len(node.outputs) != 1:
             continue
-        x = next((v for v in node.inputs if v is not None and not v.is_constant), None)
-        follow = (cut_of.get(id(x)) or joined_cut(x)) if x is not None else None
+        follow = _followed(node, cut_of)
         if follow is not None and follow[0] != 2 and node.op_type in MATRIX_OPS:
             follow = None  # it reads its whole input anyway: its own cut
         k = math.ceil(seconds[node] / tau)
@@ -106,6 +105,18 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     if cut:
         graph.sort()
     return cut
+
+
+def _followed(node: Node, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    """The cut ``node`` follows: that of its first non-constant input of the output's size
+    (an SE block's ``scale * x`` follows ``x``, not the ``[1, C, 1, 1]`` scale), else of its
+    first non-constant input; None when that input is not a cut's join. O(inputs)."""
+    xs = [v for v in node.inputs if v is not None and not v.is_constant]
+    if not xs:
+        return None
+    y = node.outputs[0].shape
+    x = next((v for v in xs if v.shape is not None and v.shape == y), xs[0])
+    return cut_of.get(id(x)) or joined_cut(x)
 
 
 def joined_cut(x: Value) -> tuple[int, int] | None:

@@ -190,3 +190,38 @@ def test_a_reader_of_a_cut_weights_join_follows_its_leaf_pieces_within_the_noc_s
     assert [a.outputs[0].shape[1] for a in adds] == [8, 8, 8, 8]
     feeds = random_inputs(g, 4)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+def _squeeze_excite(seed: int = 0) -> Graph:
+    """y = Sigmoid(Conv1x1(GlobalAveragePool(h))) * h, h = Conv3x3(x), as torchvision's SE
+    block writes it: the [1, C, 1, 1] scale is the Mul's first input."""
+    rng = np.random.default_rng(seed)
+    g = Graph("se")
+    x = g.add_input("x", (1, 16, 32, 32), "float32")
+    conv = g.make_node("Conv", [x, g.add_constant("w", (rng.standard_normal((32, 16, 3, 3)) / 8).astype(np.float32))],
+                       {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}, name="conv")
+    pool = g.make_node("GlobalAveragePool", [conv.outputs[0]], name="pool")
+    fc = g.make_node("Conv", [pool.outputs[0], g.add_constant("v", rng.standard_normal((32, 32, 1, 1)).astype(np.float32))],
+                     {"kernel_shape": [1, 1]}, name="fc")
+    sig = g.make_node("Sigmoid", [fc.outputs[0]], name="sigmoid")
+    mul = g.make_node("Mul", [sig.outputs[0], conv.outputs[0]], name="scale")
+    for n in (conv, pool, fc, sig, mul):
+        infer_node(n)
+    g.outputs = [mul.outputs[0]]
+    return g
+
+
+def test_a_broadcast_scale_follows_the_cut_of_its_full_size_input():
+    """An SE block's ``scale * h`` is cut as ``h``'s producer was (bands of rows), not left
+    whole because its first input, the [1, C, 1, 1] scale, is no cut's join: whole, the
+    float EfficientNet-B0 sent each 225 KB product from one core to every reader."""
+    g = _squeeze_excite()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=4.0)
+    bands = [n for n in cut.nodes if n.name.startswith("conv_rows")]
+    muls = [n for n in cut.nodes if n.op_type == "Mul"]
+    assert len(bands) >= 2 and len(muls) == len(bands)
+    assert [m.outputs[0].shape for m in muls] == [c.outputs[0].shape for c in bands]
+    feeds = random_inputs(g, 5)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6

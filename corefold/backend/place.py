@@ -95,6 +95,21 @@ def _input_bytes(lg: LoweredGraph, t: Task) -> float:
     return total
 
 
+def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
+    """Per producer task: the bytes of ``t``'s operands assembled from boxes of that
+    producer's outputs (an operand that is not one box of one tensor is copied together on
+    ``t``'s core, by its DMA engine, from its local pieces). O(pieces)."""
+    out: dict[int, float] = {}
+    for o in t.inputs:
+        if o is None or o.whole_piece() is not None:
+            continue
+        for p in o.pieces:
+            ph = lg.phys[p.phys]
+            if ph.kind == "op":
+                out[ph.task] = out.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
+    return out
+
+
 def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5) -> Clustering:
     """Tasks onto groups (module docstring).
 
@@ -127,6 +142,7 @@ class _Clusterer:
         self.link = 2 * target.noc_link_bytes_per_cycle * target.clock_hz
         self.lat = ASSUMED_HOPS * target.noc_hop_latency_cycles / target.clock_hz
         self.dram = min(target.dram_bytes_per_s, target.units["dma"].throughput * target.clock_hz)
+        self.copy_rate = target.units["dma"].throughput * target.clock_hz
         n = len(lg.tasks)
         self.group = np.full(n, -1, np.int64)
         self.start = np.zeros(n)
@@ -182,7 +198,7 @@ class _Clusterer:
             pmask |= 1 << g
         sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
         in_bytes = _input_bytes(lg, t)
-        loaded = self.dram_free + in_bytes / self.dram if in_bytes else 0.0
+        copies = _copied_bytes(lg, t)
         best = None
         thrifty = None
         budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
@@ -205,14 +221,21 @@ class _Clusterer:
                     continue
                 ingress = self.ingress[g]
                 unit_free = min(self.free[g][t.unit])
+                dma_free = min(self.free[g]["dma"])
                 delta = new_w + max(0, ws - self.wsmax[g])
             else:
                 if len(pred_groups) > self.streams:
                     continue
                 ingress = 0.0
                 unit_free = 0.0
+                dma_free = 0.0
                 delta = sum(self.wsize[c] for c in tc) + ws
+            # the core's one DMA engine loads the graph-input bands and copies local pieces
+            loaded = max(self.dram_free, dma_free) + in_bytes / self.dram if in_bytes else 0.0
             ready = max([self.end[p] for p in local] + [loaded], default=0.0)
+            mine_copied = sum(b for p, b in copies.items() if self.group[p] == g)
+            if mine_copied:
+                ready = max(ready, dma_free) + mine_copied / self.copy_rate
             if remote:
                 ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
             st = max(ready, unit_free)
@@ -299,6 +322,15 @@ class _Clusterer:
         self.wsmax[g] = max(self.wsmax[g], ws + max(0, self.held[g] - int(mine)))
         self.reserved += self.wbytes[g] + self.wsmax[g] - before
         in_bytes = _input_bytes(self.lg, t)
+        copies = sum(b for p, b in _copied_bytes(self.lg, t).items() if self.group[p] == g)
+        if in_bytes or copies:  # the DMA engine as best_group timed it
+            dma = self.free[g]["dma"]
+            i = dma.index(min(dma))
+            if in_bytes:
+                dma[i] = max(self.dram_free, dma[i]) + in_bytes / self.dram
+            if copies:
+                local = [self.end[p] for p in preds if self.group[p] == g]
+                dma[i] = max([dma[i], *local]) + copies / self.copy_rate
         if in_bytes:
             self.dram_free += in_bytes / self.dram
         remote_end = 0.0

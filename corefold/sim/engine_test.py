@@ -54,6 +54,24 @@ def test_transfer_without_contention_is_hops_times_latency_plus_size_over_bandwi
     assert tl.finish[t] == 3 * 1.0 + 4.0
 
 
+def test_streams_fed_slower_than_a_shared_link_interleave_on_it():
+    """Two 10 ns streams from slow sources (1 B/ns) meet on a 10 B/ns link. Held for each
+    whole stream, the link takes the second only when the first has passed (at 11 ns
+    instead of 10); shared, each reserves it for its own 1 ns of transmission, so both
+    tails pass at 10 ns, and the link is busy 2 ns in all (their bytes over its rate)."""
+    for shared, finish in ((False, [10.0, 11.0]), (True, [10.0, 10.0])):
+        e = Engine()
+        a, b = e.resource("a"), e.resource("b")
+        link = e.resource("link", shared=shared)
+        x = e.task([Stage(a, 10.0), Stage(link, 1.0)])
+        y = e.task([Stage(b, 10.0), Stage(link, 1.0)])
+        tl = e.run()
+        assert [tl.finish[x], tl.finish[y]] == finish
+        if shared:
+            assert _stages(tl, x)[1] == (0.0, 1.0) and _stages(tl, y)[1] == (1.0, 2.0)
+            assert tl.busy_seconds(3)[link] == 2.0
+
+
 def test_contention_serialises_only_the_shared_link():
     e = Engine()
     a, b, c = (e.resource(n) for n in "abc")

@@ -1,6 +1,8 @@
 """The chip as timing-engine resources, and the stages of every kind of transfer on it.
 
-Resources (:class:`corefold.sim.engine.Engine`), one server each:
+Resources (:class:`corefold.sim.engine.Engine`), one server each; the links, DRAM
+channels, host link and DMA engines are *shared* (packets of several streams interleave on
+them; :mod:`corefold.sim.engine`):
 
 * every engine of every usable core: ``matrix0``, ``vector0``, ``vector1``, ``dma0``... (a
   core's instruction stream names the engine; each runs one instruction at a time);
@@ -59,18 +61,19 @@ class Machine:
                 for i in range(unit.count):
                     name = f"{kind}{i}"
                     m.units[((x, y), name)] = engine.resource(
-                        f"core ({x},{y}) {name}", process=f"core ({x},{y})", thread=name, kind=kind)
+                        f"core ({x},{y}) {name}", process=f"core ({x},{y})", thread=name, kind=kind,
+                        shared=kind == "dma")
         for y in range(target.height):
             for x in range(target.width):
                 for d in DIRECTIONS:
                     dx, dy = DIRECTION_STEP[d]
                     if 0 <= x + dx < target.width and 0 <= y + dy < target.height:
                         m.links[(x, y, d)] = engine.resource(f"link ({x},{y}) {d}", process="NoC",
-                                                             thread=f"({x},{y}) {d}", kind="link")
+                                                             thread=f"({x},{y}) {d}", kind="link", shared=True)
         for c, (x, y) in enumerate(target.dram_channels):
             m.channels.append(engine.resource(f"DRAM channel {c}", process="DRAM",
-                                              thread=f"channel {c} at ({x},{y})", kind="dram"))
-        m.host = engine.resource("host link", process="host", thread="host link", kind="host")
+                                              thread=f"channel {c} at ({x},{y})", kind="dram", shared=True))
+        m.host = engine.resource("host link", process="host", thread="host link", kind="host", shared=True)
         return m
 
     # -- stages ---------------------------------------------------------------------------------
