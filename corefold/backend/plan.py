@@ -46,9 +46,6 @@ from corefold.backend.executable import ALIGNMENT, Core
 from corefold.backend.lgraph import LoweredGraph, Operand
 from corefold.errors import CompileError
 
-#: In-place concatenation only for a piece read by nothing else, computed right before.
-STRICT_ALIAS = True
-
 #: Issue a task's loads of graph inputs at the previous input-loading task of its core, at
 #: most PREFETCH_WINDOW of its tasks back (module docstring: double buffering).
 PREFETCH_INPUTS = True
@@ -121,11 +118,13 @@ def _piece_view(p: Piece) -> tuple[Shape, Shape, Shape]:
 
 
 class Planner:
-    """Builds the events and buffers of every core (module docstring)."""
+    """Builds the events and buffers of every core (module docstring); ``shared`` lets a
+    piece other tasks read too be computed in place of an assembly (:meth:`_homes`)."""
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
-                 threshold: int, sram: int | None = None):
+                 threshold: int, sram: int | None = None, shared: bool = False):
         self.threshold = threshold
+        self.shared = shared
         self.sram = sram if sram is not None else threshold
         self.lg = lg
         self.core_of = core_of_task
@@ -308,8 +307,12 @@ class Planner:
         self.regions.setdefault(key, (tuple(shape), np.dtype(dtype), name, core))
 
     def _homes(self) -> None:
-        """A buffer for every task output, or a box of the buffer where a task of its core
-        assembles a concatenation that contains it whole (computed in place, no copy)."""
+        """A buffer for every task output, or a box of the buffer where the next task of its
+        core assembles an operand containing it whole (computed in place, no copy): a
+        concatenation, or a band of rows with the halo rows other cores send. Only a piece
+        read by that assembly alone, unless ``shared``: then its other readers read the box
+        (sends hold the bigger buffer, and a local reader needs all of it in SRAM), which
+        saves a copy and a buffer, or costs SRAM where the piece is a small part."""
         lg = self.lg
         shapes: dict[int, set] = {}
         readers: dict[int, int] = {}
@@ -340,12 +343,12 @@ class Planner:
                 b = self.assembled[key] = self.buffer(core, o.shape, o.dtype, "activation", self._name(o))
                 for p in o.pieces:
                     ph = lg.phys[p.phys]
-                    # NOTE: in place only when it costs no memory: the piece is read by this
-                    # assembly alone, right after it is computed
+                    # NOTE: in place only for a piece computed right before the assembly, and
+                    # (unless shared) read by it alone: then it costs no memory
                     if (ph.kind == "op" and p.phys not in self.home and p.phys not in gathered
                             and self.core_of[ph.task] == core
-                            and (not STRICT_ALIAS or (readers[p.phys] == 1 and not any(
-                                self.pos[ph.task] < q < self.pos[t.id] for q in on_core[core])))
+                            and (self.shared or readers[p.phys] == 1)
+                            and not any(self.pos[ph.task] < q < self.pos[t.id] for q in on_core[core])
                             and tuple(p.extent) == ph.shape and shapes[p.phys] == {ph.shape}
                             and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= room[core]):
                         self.home[p.phys] = (b, o.shape, p.dst_start, p.extent)
