@@ -9,6 +9,7 @@ Every function here is O(rank) per box (O(rank * pieces) per operand).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,8 @@ Shape = tuple[int, ...]
 
 
 def prod(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    """The element count of ``shape`` (1 for a scalar), as a Python int."""
+    return int(math.prod(shape))
 
 
 @dataclass(frozen=True)

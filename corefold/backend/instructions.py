@@ -7,10 +7,9 @@ docstring; this module only holds the immutable records, re-exported from there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Union
-
-import numpy as np
 
 #: Alignment of every SRAM buffer offset and DRAM region offset, in bytes.
 ALIGNMENT = 64
@@ -128,7 +127,7 @@ class View:
 
     @property
     def elements(self) -> int:
-        return int(np.prod(self.extent, dtype=np.int64)) if self.extent else 1
+        return int(math.prod(self.extent))
 
     @property
     def is_whole(self) -> bool:

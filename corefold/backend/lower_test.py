@@ -7,6 +7,7 @@ from corefold.errors import CompileError
 from corefold.executor import random_inputs, run
 from corefold.frontend.onnx import load_model
 from corefold.ir import Graph, parse, to_text
+from corefold.settings import SettingsError
 from corefold.target import load_target
 
 TINY_CNN = "corefold/examples/tiny_cnn.onnx"
@@ -517,11 +518,13 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     list-scheduling one is kept, with the same pieces: the lowering does not fall back to
     fewer pieces (it did, doubling the float Inception v1's latency at 5 s of search)."""
     import importlib
+    from dataclasses import replace
 
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
     g = _conv_chain(16, 16, 4)
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
-    plain = lower(g, t)
+    one = replace(lower_mod.DEFAULT, headroom=(0.0,))  # one clustering: its list orders are emitted first
+    plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     real = lower_mod._emit
     calls = []
@@ -533,7 +536,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
         return real(lg, cl, core_of, position, target, settings, shared)
 
     monkeypatch.setattr(lower_mod, "_emit", failing_search)
-    exe = lower(g, t)
+    exe = lower(g, t, one)
     rep = exe.meta["order"]
     assert rep["kept"] == "list" and "made to fail" in rep["searched_error"] and len(calls) == 3
     assert exe.meta["tasks"] == plain.meta["tasks"]
@@ -704,3 +707,47 @@ def _list_orders(lg, cl, t):
     cores = place_on_mesh(cl, t, 0, 1)
     core_of = [cores[k] for k in cl.group]
     return core_of, order_tasks(lg, cl, core_of, t, 0.0)[0]
+
+
+def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clustering_is_kept():
+    """A chain of 3 x 3 Convs whose weights fill a 64 KiB core: the default clustering
+    packs three groups so full that their weights leave less than 1.5 working sets;
+    with ``headroom`` 0.5 it opens a fifth core and none is. Both lowerings compute the
+    executor's outputs (within 1e-5: no reduction is split), and :func:`lower`, trying
+    both, keeps the one whose list executable the timed simulation runs faster."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.place import cluster
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _conv_chain(32, 8, 6)
+    t = small_target(4, 4, 64)
+    lg, _ = lower_mod._prepare(g, t, lower_mod.DEFAULT)
+    cap = int(0.99 * t.sram_bytes)
+
+    def crowded(headroom):
+        cl = cluster(lg, t, False, 1.5, headroom)
+        weights, most = {}, {}
+        for task in lg.tasks:
+            k = int(cl.group[task.id])
+            weights.setdefault(k, set()).update(lg.consts_of(task))
+            most[k] = max(most.get(k, 0), lg.working_bytes(task))
+        full = [k for k, cs in weights.items() if sum(lg.phys[c].nbytes for c in cs) + 1.5 * most[k] > cap]
+        return len(full), len(weights)
+
+    assert crowded(0.0) == (3, 4)
+    assert crowded(0.5) == (0, 5)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    for headroom in ((0.0,), (0.5,)):
+        exe = lower(g, t, replace(lower_mod.DEFAULT, headroom=headroom))
+        check_executable(exe, t)
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        assert exe.meta["order"]["headroom"] == headroom[0] and "headroom_tried" not in exe.meta["order"]
+    rep = lower(g, t).meta["order"]
+    tried = rep["headroom_tried"]
+    assert [h for h, _ in tried] == [0.0, 0.5] and all(isinstance(v, float) for _, v in tried)
+    assert rep["headroom"] == min(tried, key=lambda hv: hv[1])[0]
+    with pytest.raises(SettingsError, match="headroom"):
+        lower(g, t, replace(lower_mod.DEFAULT, headroom=()))

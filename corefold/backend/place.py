@@ -110,7 +110,8 @@ def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     return out
 
 
-def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5) -> Clustering:
+def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5,
+            headroom: float = 0.0) -> Clustering:
     """Tasks onto groups (module docstring).
 
     A fresh group opens only while the groups open stay within ``spread`` times the
@@ -119,20 +120,28 @@ def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: floa
     ``acyclic`` False the direction constraint is dropped (the programs stay deadlock-free
     either way; see :mod:`corefold.backend.executable`).
 
+    ``headroom`` > 0 leaves room for more than the largest working set: a task bringing
+    weights goes to a group where the weights then leave less than ``1 + headroom`` times
+    the group's largest working set only when no candidate (a fresh group included)
+    leaves that much. The SRAM plan holds more than one step's working set (buffers kept
+    for sends, prefetched inputs, assembled operands), and a core packed with weights
+    spills and stages the rest through DRAM.
+
     Raises:
         CompileError: ``core count`` when the tasks need more cores than the target has
             usable; ``SRAM`` when one task's weights and working set exceed a core;
             ``NoC buffers`` when a task reads from more cores than a core can receive from.
     """
-    return _Clusterer(lg, target, acyclic, spread).run()
+    return _Clusterer(lg, target, acyclic, spread, headroom).run()
 
 
 class _Clusterer:
-    def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float):
+    def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float, headroom: float = 0.0):
         self.lg = lg
         self.target = target
         self.acyclic = acyclic
         self.spread = spread
+        self.headroom = headroom
         self.k_max = len(target.usable_cores)
         # NOTE: buffers are 64-byte aligned; keep 1% for the allocator's fragmentation
         self.cap = int(0.99 * target.sram_bytes)
@@ -184,7 +193,8 @@ class _Clusterer:
 
     def best_group(self, t: Task, cands: list[int], preds: dict[int, float], tc: list[int], ws: int,
                    remaining_w: int = 0):
-        """(key, group, start) of the candidate where ``t`` finishes first, or None.
+        """(key, group, start) of the candidate where ``t`` finishes first, or None; one
+        that is not crowded (:func:`cluster`'s ``headroom``) first.
 
         Memory budget: the SRAM the groups reserve (resident weights plus largest working
         set) plus the weights still to place must stay within 90% of all cores' SRAM; a
@@ -213,7 +223,9 @@ class _Clusterer:
                     continue  # g reaches a producer's group: a cycle
                 new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
                 mine = sum(preds[p] for p in local)  # held inputs are part of the working set
-                if self.wbytes[g] + new_w + max(self.wsmax[g], ws) + max(0, self.held[g] - mine) > self.cap:
+                most = max(self.wsmax[g], ws)
+                crowded = new_w > 0 and self.wbytes[g] + new_w + (1 + self.headroom) * most > self.cap
+                if self.wbytes[g] + new_w + most + max(0, self.held[g] - mine) > self.cap:
                     self.rejected["SRAM"] += 1
                     continue
                 if len(self.sources[g] | (pred_groups - {g})) > self.streams:
@@ -230,6 +242,7 @@ class _Clusterer:
                 unit_free = 0.0
                 dma_free = 0.0
                 delta = sum(self.wsize[c] for c in tc) + ws
+                crowded = False
             # the core's one DMA engine loads the graph-input bands and copies local pieces
             loaded = max(self.dram_free, dma_free) + in_bytes / self.dram if in_bytes else 0.0
             ready = max([self.end[p] for p in local] + [loaded], default=0.0)
@@ -239,7 +252,7 @@ class _Clusterer:
             if remote:
                 ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
             st = max(ready, unit_free)
-            key = (st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
+            key = (crowded, st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
             if delta <= budget and (best is None or key < best[0]):
                 best = (key, g, st)
             if thrifty is None or (delta, key) < thrifty[0]:

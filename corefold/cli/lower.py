@@ -64,6 +64,8 @@ def settings_from_args(args: argparse.Namespace):
         raise CorefoldError(f"--set spread must be > 0, got {settings.spread}")
     if not settings.pieces_per_core >= 0:
         raise CorefoldError(f"--set pieces_per_core must be >= 0, got {settings.pieces_per_core}")
+    if not settings.headroom or not all(h >= 0 for h in settings.headroom):
+        raise CorefoldError(f"--set headroom: one value or more, each >= 0, got {list(settings.headroom)}")
     if not all(p >= 0 for p in settings.tune_pieces):
         raise CorefoldError(f"--set tune_pieces: every value must be >= 0, got {list(settings.tune_pieces)}")
     if not all(e >= 1 for e in settings.tune_efforts):

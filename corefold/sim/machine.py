@@ -43,6 +43,7 @@ class Machine:
         links: ``(x, y, d)`` -> resource.
         channels: DRAM channel index -> resource.
         host: the host link's resource.
+        hop_cost: ``(x, y, d)`` -> (bytes per second, latency in seconds) of that link.
     """
 
     target: Target
@@ -51,6 +52,7 @@ class Machine:
     links: dict[tuple[int, int, str], int] = field(default_factory=dict)
     channels: list[int] = field(default_factory=list)
     host: int = -1
+    hop_cost: dict[tuple[int, int, str], tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, target: Target, engine: Engine) -> "Machine":
@@ -70,6 +72,7 @@ class Machine:
                     if 0 <= x + dx < target.width and 0 <= y + dy < target.height:
                         m.links[(x, y, d)] = engine.resource(f"link ({x},{y}) {d}", process="NoC",
                                                              thread=f"({x},{y}) {d}", kind="link", shared=True)
+                        m.hop_cost[(x, y, d)] = (target.link_bytes_per_s(x, y, d), target.hop_latency_s(x, y, d))
         for c, (x, y) in enumerate(target.dram_channels):
             m.channels.append(engine.resource(f"DRAM channel {c}", process="DRAM",
                                               thread=f"channel {c} at ({x},{y})", kind="dram", shared=True))
@@ -83,8 +86,8 @@ class Machine:
         Raises:
             KeyError: a hop leaves the board.
         """
-        t = self.target
-        return [Stage(self.links[hop], nbytes / t.link_bytes_per_s(*hop), t.hop_latency_s(*hop)) for hop in route]
+        cost = self.hop_cost
+        return [Stage(self.links[hop], nbytes / cost[hop][0], cost[hop][1]) for hop in route]
 
     def unit_stage(self, core: Core, unit: str, seconds: float) -> Stage:
         """``seconds`` on engine ``unit`` of ``core``.
