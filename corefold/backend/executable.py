@@ -125,6 +125,7 @@ Everything here is immutable except the :class:`Executable` container itself, wh
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -471,8 +472,14 @@ def xy_route(src: Core, dst: Core) -> Route:
     """The XY route from router ``src`` to router ``dst``: along x first, then along y.
 
     Returns the hops ``(x, y, direction)`` leaving each router on the way (empty when
-    ``src == dst``). O(hops).
+    ``src == dst``). O(hops), once per pair (cached: the simulator asks for the same
+    routes for every transfer).
     """
+    return _xy_route(tuple(src), tuple(dst))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _xy_route(src: Core, dst: Core) -> Route:
     x, y = src
     hops: list[Hop] = []
     while x != dst[0]:

@@ -64,6 +64,11 @@ class LowerSettings:
             ``headroom``: SRAM left beside the weights, in working sets); each one's list
             executable is timed and the fastest is kept. Without the order search (nothing
             is timed), the first only.
+        trial_tasks: the trials of the other ``headroom`` values and of sharing in place
+            (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
+            most this many tasks: each costs steps 3-6 and a timed run (4 to 5 s on the
+            2086 tasks of the int8 ResNet-50 on ``npu-array``, which they took from 15 to
+            about 27 s of lowering, past the 20 s goal, for nothing: both lost there).
         tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
             to try, every pair of them (an empty one: the setting's own value); the pair
             whose executable (list-scheduling orders) the timed simulation runs fastest is
@@ -79,6 +84,7 @@ class LowerSettings:
     pieces_per_core: float = 8.0
     dram_interleave: bool = True
     headroom: tuple[float, ...] = (0.0, 0.5)
+    trial_tasks: int = 2000
     tune_pieces: tuple[float, ...] = ()
     tune_efforts: tuple[int, ...] = ()
 
@@ -88,7 +94,8 @@ DEFAULT = LowerSettings()
 #: measured on bench/backend.py: fewer pieces suit ResNet-18 (int8 -31%), more Inception
 #: (int8 -10%), EfficientNet keeps the default's; the M4 placement's effort 4 lowers the
 #: NoC traffic, yet moved the latency by -3% to +4%: no one setting is best everywhere
-STRONG = LowerSettings(order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0), tune_efforts=(1, 4))
+STRONG = LowerSettings(order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0), tune_efforts=(1, 4),
+                       trial_tasks=1 << 30)
 PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
 #: M1's candidate compiles: the list-scheduling order on each core, no M3 search
 SEARCH = LowerSettings(order_budget_seconds=0.0)
@@ -251,11 +258,14 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     lg, cl = _prepare(graph, target, settings)
     times["tile_place"] = time.perf_counter() - t0
     timed = settings.order_budget_seconds > 0
+    trials_on = timed and len(lg.tasks) <= settings.trial_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
     trials = [(settings.headroom[0], _trial(lg, cl, target, settings, timed, times))]
     tried: list[list] = []
-    for headroom in settings.headroom[1:] if timed else ():
+    for headroom in settings.headroom[1:] if trials_on else ():
+        if headroom <= cl.headroom:
+            continue  # no group of the first clustering is crowded: it would come out the same
         # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
         # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
         # Inception v1 542.4 -> 768.1), so the timed simulation decides
@@ -274,7 +284,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     built, errors, runs = trial.built, trial.errors, trial.runs
     t = time.perf_counter()
     shared = False
-    if timed:
+    if trials_on:
         # NOTE: computing a piece in place of an assembly that other tasks read too (a band
         # and its halo rows) saves a copy and a buffer, or costs SRAM (Planner._homes): no
         # rule told which beforehand, so the timed simulation decides, and the search

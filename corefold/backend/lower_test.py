@@ -749,5 +749,7 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
     tried = rep["headroom_tried"]
     assert [h for h, _ in tried] == [0.0, 0.5] and all(isinstance(v, float) for _, v in tried)
     assert rep["headroom"] == min(tried, key=lambda hv: hv[1])[0]
+    small = lower(g, t, replace(lower_mod.DEFAULT, trial_tasks=len(lg.tasks) - 1)).meta["order"]
+    assert "headroom_tried" not in small and small["headroom"] == 0.0 and small["shared_in_place"] is False
     with pytest.raises(SettingsError, match="headroom"):
         lower(g, t, replace(lower_mod.DEFAULT, headroom=()))

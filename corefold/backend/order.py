@@ -81,6 +81,8 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
             found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share,
                                                 cl.end if arrival is None else arrival)
             report["searched_cores"] += 1
+            if found == tasks:
+                continue  # the list order: nothing to check
             trial = dict(by_core)
             trial[core] = found
             if _global_order(n, preds, list(trial.values()), cl.start) is None:

@@ -300,3 +300,25 @@ def test_with_sram_to_spare_a_chain_is_cut_into_short_pieces_over_a_quarter_of_t
         assert sum(n.outputs[0].shape[2] for n in bands) == 32
     feeds = random_inputs(g, 7)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+@pytest.mark.parametrize("in_channels,bands,per_band", [(64, 4, 4), (16, 4, 1)])
+def test_a_conv_with_too_few_rows_for_its_time_cuts_each_band_on_channels_while_that_beats_its_transfer(
+        in_channels, bands, per_band):
+    """A 3 x 3 Conv to 128 channels on 8 x 256: its time asks for 16 pieces, its 8 rows
+    allow 4 bands of two. With 64 input channels (147 us, 4.5x the 33 us its 1 MiB output
+    takes over one link) each band is cut again into 4 pieces of 32 output channels, each
+    with its share of the weights; with 16 (37 us, 1.1x) a piece would compute for less
+    time than its band takes to arrive, and the bands stay whole. Outputs agree within
+    1e-6 (no reduction is split)."""
+    g = _one_op("Conv", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (1, in_channels, 8, 256),
+                (128, in_channels, 3, 3))
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=4)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=1.0)
+    convs = [n for n in cut.nodes if n.op_type == "Conv"]
+    assert len(convs) == bands * per_band
+    assert {n.outputs[0].shape for n in convs} == {(1, 128 // per_band, 2, 256)}
+    assert all(n.inputs[1].shape == (128 // per_band, in_channels, 3, 3) for n in convs)
+    feeds = random_inputs(g, 8)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6

@@ -32,6 +32,7 @@ and annealing (``improve_placement``) minimising hop-weighted traffic
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,10 @@ class Clustering:
     consts: list[set[int]]
     traffic: dict[tuple[int, int], float]
     makespan: float
+    #: the most headroom every group keeps beside its weights, ``min (cap - weights) /
+    #: largest working set - 1`` over groups (inf without weights): a clustering with
+    #: ``cluster(headroom=h)`` for any h up to it is this one (no group ever crowded)
+    headroom: float = math.inf
 
 
 def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
@@ -316,8 +321,9 @@ class _Clusterer:
                 const_users[c] -= 1
                 if const_users[c] == 0:
                     remaining_w -= self.wsize[c]
+        kept = [(self.cap - w) / m - 1 for w, m in zip(self.wbytes, self.wsmax, strict=True) if w > 0 and m > 0]
         return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
-                          float(self.end.max(initial=0.0)))
+                          float(self.end.max(initial=0.0)), min(kept, default=math.inf))
 
     def assign(self, t: Task, g: int, st: float, tc: list[int], ws: int, preds: dict[int, float]) -> None:
         self.group[t.id] = g
