@@ -118,8 +118,7 @@ def _piece_view(p: Piece) -> tuple[Shape, Shape, Shape]:
 
 
 class Planner:
-    """Builds the events and buffers of every core (module docstring); ``shared`` lets a
-    piece other tasks read too be computed in place of an assembly (:meth:`_homes`)."""
+    """Builds the events and buffers of every core (module docstring; ``shared``: :meth:`_homes`)."""
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
                  threshold: int, sram: int | None = None, shared: bool = False):
