@@ -185,8 +185,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
 
 def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
     """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``
-    without the order search, timed on the whole chip; the fastest is lowered again with
-    the search. O(pairs) lowerings. Deterministic: the timed simulation is."""
+    and each of ``settings.headroom`` without the order search, timed on the whole chip;
+    the fastest is lowered again with the search. A headroom whose clustering would be the
+    first one's (none of its groups crowded) is not tried. O(pairs x headrooms) lowerings.
+    Deterministic: the timed simulation is."""
     from corefold.sim.timed import time_executable
 
     untuned = replace(settings, tune_pieces=(), tune_efforts=())
@@ -197,20 +199,30 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
         if not (pieces >= 0 and effort >= 1):
             raise SettingsError(f"tune_pieces / tune_efforts: pieces_per_core {pieces} must be >= 0 and "
                                 f"placement_effort {effort} >= 1")
-        trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0)
-        try:
-            exe = lower(graph, target, trial)
-        except CompileError as exc:
-            tried.append({"pieces_per_core": pieces, "placement_effort": effort, "error": str(exc)})
-            continue
-        tried.append({"pieces_per_core": pieces, "placement_effort": effort,
-                      "latency_s": _latency(time_executable(exe, target))})
+        room = math.inf
+        for i, headroom in enumerate(settings.headroom):
+            if i and headroom <= room:
+                continue  # the first headroom's clustering again
+            trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
+                            headroom=(headroom,))
+            entry = {"pieces_per_core": pieces, "placement_effort": effort, "headroom": headroom}
+            try:
+                exe = lower(graph, target, trial)
+            except CompileError as exc:
+                tried.append({**entry, "error": str(exc)})
+                if i == 0:
+                    room = -math.inf
+                continue
+            if i == 0:
+                room = exe.meta["clustering_headroom"]  # None: no group holds weights
+                room = math.inf if room is None else room
+            tried.append({**entry, "latency_s": _latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
         return lower(graph, target, untuned)
     best = min(timed, key=lambda t: t["latency_s"])
     exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"],
-                                       placement_effort=best["placement_effort"]))
+                                       placement_effort=best["placement_effort"], headroom=(best["headroom"],)))
     exe.meta["tuning"] = tried
     return exe
 
@@ -324,7 +336,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     exe.meta.update({
         "graph": graph.name, "tasks": len(lg.tasks), "cores_used": len(exe.programs),
         "spills": sum(1 for r in exe.regions if r.kind == "spill"),
-        "estimated_makespan_s": cl.makespan, "order": order_report,
+        "estimated_makespan_s": cl.makespan, "clustering_headroom": cl.headroom if math.isfinite(cl.headroom) else None, "order": order_report,
         "lower_seconds": {k: round(v, 4) for k, v in times.items()},
     })
     return exe

@@ -501,13 +501,13 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
     tried = exe.meta["tuning"]
     assert [(x["pieces_per_core"], x["placement_effort"]) for x in tried] == [(0.0, 1), (0.0, 2), (8.0, 1), (8.0, 2)]
     for x in tried:
-        alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"],
+        alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"], headroom=(x["headroom"],),
                                     placement_effort=x["placement_effort"], order_budget_seconds=0.0))
         assert latency(alone) == pytest.approx(x["latency_s"], rel=1e-12)
     best = min(tried, key=lambda x: x["latency_s"])
     assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
     again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"],
-                                placement_effort=best["placement_effort"]))
+                                placement_effort=best["placement_effort"], headroom=(best["headroom"],)))
     assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
