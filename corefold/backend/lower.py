@@ -201,7 +201,7 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
                                 f"placement_effort {effort} >= 1")
         room = math.inf
         for i, headroom in enumerate(settings.headroom):
-            if i and headroom <= room:
+            if i and settings.headroom[0] <= headroom <= room:
                 continue  # the first headroom's clustering again
             trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
                             headroom=(headroom,))
@@ -276,7 +276,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     trials = [(settings.headroom[0], _trial(lg, cl, target, settings, timed, times))]
     tried: list[list] = []
     for headroom in settings.headroom[1:] if trials_on else ():
-        if headroom <= cl.headroom:
+        if settings.headroom[0] <= headroom <= cl.headroom:
             continue  # no group of the first clustering is crowded: it would come out the same
         # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
         # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float

@@ -738,6 +738,10 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
 
     assert crowded(0.0) == (3, 4)
     assert crowded(0.5) == (0, 5)
+    # a clustering's headroom: up to it, a higher headroom gives the same clustering
+    spared = cluster(lg, t, False, 1.5, 0.5)
+    assert cluster(lg, t, False, 1.5, 0.0).headroom < 0.5 <= spared.headroom
+    assert np.array_equal(cluster(lg, t, False, 1.5, spared.headroom).group, spared.group)
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
     for headroom in ((0.0,), (0.5,)):

@@ -62,8 +62,9 @@ class Clustering:
     traffic: dict[tuple[int, int], float]
     makespan: float
     #: the most headroom every group keeps beside its weights, ``min (cap - weights) /
-    #: largest working set - 1`` over groups (inf without weights): a clustering with
-    #: ``cluster(headroom=h)`` for any h up to it is this one (no group ever crowded)
+    #: largest working set - 1`` over groups (inf without weights): ``cluster(headroom=h)``
+    #: for any h from this clustering's headroom up to it gives this one again (no group
+    #: was ever crowded at h, and no candidate spared at h was preferred at the lower one)
     headroom: float = math.inf
 
 
