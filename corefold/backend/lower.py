@@ -296,9 +296,10 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     built, errors, runs = trial.built, trial.errors, trial.runs
     t = time.perf_counter()
     shared = False
-    if trials_on:
+    shared_tried = trials_on and _shares(lg, core_of, base, target)
+    if shared_tried:
         # NOTE: computing a piece in place of an assembly that other tasks read too (a band
-        # and its halo rows) saves a copy and a buffer, or costs SRAM (Planner._homes): no
+        # and its halo rows) saves a copy and a buffer, or costs SRAM (Planner.homes): no
         # rule told which beforehand, so the timed simulation decides, and the search
         # follows. Float EfficientNet-B0 505.8 -> 443.6 us; float Inception v1, 542.4 ->
         # 590.1 with sharing alone, keeps the strict rule.
@@ -327,7 +328,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     kept = min(built, key=lambda k: (built[k][0], k != "search"))  # a tie keeps the search's
     if position != base:
         order_report["kept"] = kept
-    order_report["shared_in_place"] = shared
+    order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
     order_report["headroom"] = headroom
     if len(tried) > 1:
         order_report["headroom_tried"] = sorted(tried, key=lambda hv: hv[0])  # [headroom, list latency or error]
@@ -340,6 +341,17 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         "lower_seconds": {k: round(v, 4) for k, v in times.items()},
     })
     return exe
+
+
+def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:
+    """Whether sharing in place changes the plan of ``position``: some piece that other
+    tasks read too would be computed in place (:meth:`~corefold.backend.plan.Planner.homes`,
+    O(pieces)); else a shared build would only repeat the strict one."""
+    from corefold.backend.plan import Planner
+
+    probe = Planner(lg, core_of, position, core_of[0], target.core_memory_threshold, target.sram_bytes, True)
+    probe.homes()
+    return probe.shared_pieces > 0
 
 
 def _latency(run) -> float:

@@ -118,12 +118,11 @@ def _piece_view(p: Piece) -> tuple[Shape, Shape, Shape]:
 
 
 class Planner:
-    """Builds the events and buffers of every core (module docstring; ``shared``: :meth:`_homes`)."""
+    """Builds the events and buffers of every core (module docstring; ``shared``: :meth:`homes`)."""
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
                  threshold: int, sram: int | None = None, shared: bool = False):
-        self.threshold = threshold
-        self.shared = shared
+        self.threshold, self.shared, self.shared_pieces = threshold, shared, 0
         self.sram = sram if sram is not None else threshold
         self.lg = lg
         self.core_of = core_of_task
@@ -305,13 +304,13 @@ class Planner:
     def region(self, key: tuple, shape: Shape, dtype: np.dtype, name: str, core: Core) -> None:
         self.regions.setdefault(key, (tuple(shape), np.dtype(dtype), name, core))
 
-    def _homes(self) -> None:
+    def homes(self) -> None:
         """A buffer for every task output, or a box of the buffer where the next task of its
-        core assembles an operand containing it whole (computed in place, no copy): a
-        concatenation, or a band of rows with the halo rows other cores send. Only a piece
-        read by that assembly alone, unless ``shared``: then its other readers read the box
-        (sends hold the bigger buffer, and a local reader needs all of it in SRAM), which
-        saves a copy and a buffer, or costs SRAM where the piece is a small part."""
+        core assembles an operand containing it whole (in place, no copy): a concatenation,
+        or a band of rows with halo rows from other cores. Only a piece read by that
+        assembly alone, unless ``shared`` (counted in ``shared_pieces``): its other readers
+        read the box (sends hold the bigger buffer, a local reader needs all of it in SRAM),
+        which saves a copy and a buffer, or costs SRAM where the piece is a small part."""
         lg = self.lg
         shapes: dict[int, set] = {}
         readers: dict[int, int] = {}
@@ -351,6 +350,7 @@ class Planner:
                             and tuple(p.extent) == ph.shape and shapes[p.phys] == {ph.shape}
                             and lg.working_bytes(lg.tasks[ph.task]) - ph.nbytes + o.nbytes <= room[core]):
                         self.home[p.phys] = (b, o.shape, p.dst_start, p.extent)
+                        self.shared_pieces += readers[p.phys] > 1
         for t in lg.tasks:
             for ph in t.outputs:
                 if ph not in self.home:
@@ -361,7 +361,7 @@ class Planner:
     def run(self) -> Plan:
         lg = self.lg
         self.done: set = set()
-        self._homes()
+        self.homes()
         # per task reading a graph input: the position of the previous such task of its core
         # (at most PREFETCH_WINDOW tasks of the core before it, or none)
         self.prefetch_at: dict[tuple[Core, int], int] = {}
