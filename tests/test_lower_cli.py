@@ -131,6 +131,15 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path, capsys, case):
     assert {p.name: p.read_bytes() if p.is_file() else None for p in tmp_path.iterdir()} == before
 
 
+@pytest.mark.parametrize("setting", ["spread=0", "spread=2.5,-1", "headroom=-0.5"])
+def test_a_bad_clustering_setting_ends_in_one_line_before_anything_is_written(tmp_path, capsys, setting):
+    out = tmp_path / "m.cfx"
+    code = main(["lower", MODEL, "--preset", "fast", "-o", str(out), "--set", setting])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and setting.split("=")[0] in err
+    assert not out.exists()
+
+
 def test_plot_writes_the_placement_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "m.cfx", tmp_path / "placed.png"

@@ -53,6 +53,7 @@ class LowerSettings:
             cores, as in a pipeline); False lets cores exchange data both ways.
         spread: how fast the clustering opens cores: at most ``spread`` times the share
             of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
+            One value or more: each spread is clustered with each ``headroom`` (below).
         pieces_per_core: the tile step cuts every operator longer than the graph's work
             over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
             so that the mesh has work; 0 cuts only what does not fit a core.
@@ -60,11 +61,12 @@ class LowerSettings:
             controllers interleave addresses, so that one transfer uses every channel's
             bandwidth (the clustering's cost model assumes it); False puts each region on
             one channel, balancing the channels' traffic.
-        headroom: the clusterings tried (:func:`~corefold.backend.place.cluster`'s
-            ``headroom``: SRAM left beside the weights, in working sets); each one's list
-            executable is timed and the fastest is kept. Without the order search (nothing
-            is timed), the first only.
-        trial_tasks: the trials of the other ``headroom`` values and of sharing in place
+        headroom: with ``spread``, the clusterings tried (:func:`~corefold.backend.place.cluster`'s
+            ``headroom``: SRAM left beside the weights, in working sets): every spread with
+            every headroom, each one's list executable timed and the fastest kept; a
+            clustering that would repeat one already made is skipped (:func:`_repeats`).
+            Without the order search (nothing is timed), the first pair only.
+        trial_tasks: the trials of the other ``spread`` and ``headroom`` values and of sharing in place
             (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
             most this many tasks: each costs steps 3-6 and a timed run (4 to 5 s on the
             2086 tasks of the int8 ResNet-50 on ``npu-array``, which they took from 15 to
@@ -80,7 +82,7 @@ class LowerSettings:
     placement_effort: int = 1
     order_budget_seconds: float = 1.0
     acyclic: bool = False
-    spread: float = 1.5
+    spread: tuple[float, ...] = (2.5, 4.0)
     pieces_per_core: float = 8.0
     dram_interleave: bool = True
     headroom: tuple[float, ...] = (0.0, 0.5)
@@ -118,7 +120,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
         try:
             lg = build(tile(graph, target, threshold, settings.pieces_per_core), target)
             _check_weights(lg, target)
-            return lg, cluster(lg, target, settings.acyclic, settings.spread, settings.headroom[0])
+            return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0])
         except _NoRetry as exc:
             raise CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
         except CompileError as exc:
@@ -165,6 +167,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
     """
     if not settings.headroom or not all(h >= 0 for h in settings.headroom):
         raise SettingsError(f"headroom: one value or more, each >= 0, got {list(settings.headroom)}")
+    if not settings.spread or not all(s > 0 for s in settings.spread):
+        raise SettingsError(f"spread: one value or more, each > 0, got {list(settings.spread)}")
     if settings.tune_pieces or settings.tune_efforts:
         return _tuned(graph, target, settings)
     if settings.pieces_per_core > 0:
@@ -185,10 +189,11 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
 
 def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
     """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``
-    and each of ``settings.headroom`` without the order search, timed on the whole chip;
-    the fastest is lowered again with the search. A headroom whose clustering would be the
-    first one's (none of its groups crowded) is not tried. O(pairs x headrooms) lowerings.
-    Deterministic: the timed simulation is."""
+    and each clustering (every ``spread`` with every ``headroom``) without the order
+    search, timed on the whole chip; the fastest is lowered again with the search. A
+    clustering that would repeat one already made for the pair is not tried
+    (:func:`_repeats`). O(pairs x spreads x headrooms) lowerings. Deterministic: the timed
+    simulation is."""
     from corefold.sim.timed import time_executable
 
     untuned = replace(settings, tune_pieces=(), tune_efforts=())
@@ -199,32 +204,45 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
         if not (pieces >= 0 and effort >= 1):
             raise SettingsError(f"tune_pieces / tune_efforts: pieces_per_core {pieces} must be >= 0 and "
                                 f"placement_effort {effort} >= 1")
-        room = math.inf
-        for i, headroom in enumerate(settings.headroom):
-            if i and settings.headroom[0] <= headroom <= room:
-                continue  # the first headroom's clustering again
+        made: list[tuple[float, float, float, bool]] = []
+        for spread, headroom in _grid(settings):
+            if _repeats(spread, headroom, made):
+                continue
             trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
-                            headroom=(headroom,))
-            entry = {"pieces_per_core": pieces, "placement_effort": effort, "headroom": headroom}
+                            spread=(spread,), headroom=(headroom,))
+            entry = {"pieces_per_core": pieces, "placement_effort": effort, "spread": spread, "headroom": headroom}
             try:
                 exe = lower(graph, target, trial)
             except CompileError as exc:
                 tried.append({**entry, "error": str(exc)})
-                if i == 0:
-                    room = -math.inf
                 continue
-            if i == 0:
-                room = exe.meta["clustering_headroom"]  # None: no group holds weights
-                room = math.inf if room is None else room
+            room = exe.meta["clustering_headroom"]  # None: no group holds weights
+            made.append((spread, headroom, math.inf if room is None else room, exe.meta["clustering_spread_limited"]))
             tried.append({**entry, "latency_s": _latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
         return lower(graph, target, untuned)
     best = min(timed, key=lambda t: t["latency_s"])
     exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"],
-                                       placement_effort=best["placement_effort"], headroom=(best["headroom"],)))
+                                       placement_effort=best["placement_effort"], spread=(best["spread"],),
+                                       headroom=(best["headroom"],)))
     exe.meta["tuning"] = tried
     return exe
+
+
+def _grid(settings: LowerSettings) -> list[tuple[float, float]]:
+    """The clusterings ``(spread, headroom)`` the settings list, the first pair first."""
+    return [(s, h) for s in settings.spread for h in settings.headroom]
+
+
+def _repeats(spread: float, headroom: float, made: list[tuple[float, float, float, bool]]) -> bool:
+    """Whether ``cluster(spread=spread, headroom=headroom)`` would repeat a clustering of
+    ``made``, each ``(spread, headroom, its Clustering.headroom, its spread_limited)``:
+    one made at a headroom ``h <= headroom`` up to its spare (no group crowded in between),
+    and at the same spread or a smaller one that never held a fresh group back. Both rules
+    are exact (:class:`~corefold.backend.place.Clustering`). O(len(made))."""
+    return any((headroom == h or h <= headroom <= room) and (spread == s or (s <= spread and not limited))
+               for s, h, room, limited in made)
 
 
 @dataclass
@@ -273,25 +291,29 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     trials_on = timed and len(lg.tasks) <= settings.trial_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    trials = [(settings.headroom[0], _trial(lg, cl, target, settings, timed, times))]
+    first = (settings.spread[0], settings.headroom[0])
+    trials = [(first, _trial(lg, cl, target, settings, timed, times))]
+    made = [(*first, cl.headroom, cl.spread_limited)]
     tried: list[list] = []
-    for headroom in settings.headroom[1:] if trials_on else ():
-        if settings.headroom[0] <= headroom <= cl.headroom:
-            continue  # no group of the first clustering is crowded: it would come out the same
+    for spread, headroom in _grid(settings)[1:] if trials_on else ():
+        if _repeats(spread, headroom, made):
+            continue  # that clustering again
         # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
         # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
-        # Inception v1 542.4 -> 768.1), so the timed simulation decides
+        # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
+        # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
         t = time.perf_counter()
         try:
-            other = cluster(lg, target, settings.acyclic, settings.spread, headroom)
+            other = cluster(lg, target, settings.acyclic, spread, headroom)
         except CompileError as exc:
-            tried.append([headroom, str(exc)])
+            tried.append([spread, headroom, str(exc)])
             continue
         finally:
             times["tile_place"] += time.perf_counter() - t
-        trials.append((headroom, _trial(lg, other, target, settings, timed, times)))
-    tried += [[h, float(tr.latency) if tr.built else str(tr.errors["list"])] for h, tr in trials]
-    headroom, trial = min(trials, key=lambda ht: ht[1].latency)  # the first on a tie
+        made.append((spread, headroom, other.headroom, other.spread_limited))
+        trials.append(((spread, headroom), _trial(lg, other, target, settings, timed, times)))
+    tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in trials]
+    (spread, headroom), trial = min(trials, key=lambda ht: ht[1].latency)  # the first on a tie
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, runs = trial.built, trial.errors, trial.runs
     t = time.perf_counter()
@@ -329,15 +351,16 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     if position != base:
         order_report["kept"] = kept
     order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
-    order_report["headroom"] = headroom
+    order_report["spread"], order_report["headroom"] = spread, headroom
     if len(tried) > 1:
-        order_report["headroom_tried"] = sorted(tried, key=lambda hv: hv[0])  # [headroom, list latency or error]
+        order_report["clusterings_tried"] = sorted(tried, key=lambda shv: shv[:2])  # [spread, headroom, list latency or error]
     exe = built[kept][1]
     times["plan_emit"] = time.perf_counter() - t
     exe.meta.update({
         "graph": graph.name, "tasks": len(lg.tasks), "cores_used": len(exe.programs),
         "spills": sum(1 for r in exe.regions if r.kind == "spill"),
-        "estimated_makespan_s": cl.makespan, "clustering_headroom": cl.headroom if math.isfinite(cl.headroom) else None, "order": order_report,
+        "estimated_makespan_s": cl.makespan, "clustering_headroom": cl.headroom if math.isfinite(cl.headroom) else None,
+        "clustering_spread_limited": cl.spread_limited, "order": order_report,
         "lower_seconds": {k: round(v, 4) for k, v in times.items()},
     })
     return exe

@@ -499,15 +499,20 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
     t = load_target("npu")
     exe = lower(g, t, replace(DEFAULT, tune_pieces=(0.0, 8.0), tune_efforts=(1, 2)))
     tried = exe.meta["tuning"]
-    assert [(x["pieces_per_core"], x["placement_effort"]) for x in tried] == [(0.0, 1), (0.0, 2), (8.0, 1), (8.0, 2)]
+    pairs = [(x["pieces_per_core"], x["placement_effort"]) for x in tried]
+    assert list(dict.fromkeys(pairs)) == [(0.0, 1), (0.0, 2), (8.0, 1), (8.0, 2)]
+    assert all((x["spread"], x["headroom"]) in [(s, h) for s in DEFAULT.spread for h in DEFAULT.headroom]
+               for x in tried)
     for x in tried:
         alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"], headroom=(x["headroom"],),
-                                    placement_effort=x["placement_effort"], order_budget_seconds=0.0))
+                                    spread=(x["spread"],), placement_effort=x["placement_effort"],
+                                    order_budget_seconds=0.0))
         assert latency(alone) == pytest.approx(x["latency_s"], rel=1e-12)
     best = min(tried, key=lambda x: x["latency_s"])
     assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
     again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"],
-                                placement_effort=best["placement_effort"], headroom=(best["headroom"],)))
+                                placement_effort=best["placement_effort"], headroom=(best["headroom"],),
+                                spread=(best["spread"],)))
     assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
@@ -749,17 +754,58 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
     for headroom in ((0.0,), (0.5,)):
-        exe = lower(g, t, replace(lower_mod.DEFAULT, headroom=headroom))
+        exe = lower(g, t, replace(lower_mod.DEFAULT, headroom=headroom, spread=(2.5,)))
         check_executable(exe, t)
         assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-        assert exe.meta["order"]["headroom"] == headroom[0] and "headroom_tried" not in exe.meta["order"]
-    rep = lower(g, t).meta["order"]
+        assert exe.meta["order"]["headroom"] == headroom[0] and "clusterings_tried" not in exe.meta["order"]
+    rep = lower(g, t, replace(lower_mod.DEFAULT, spread=(2.5,))).meta["order"]
     assert rep["shared_tried"] is True  # its bands are read by their neighbours too
-    tried = rep["headroom_tried"]
-    assert [h for h, _ in tried] == [0.0, 0.5] and all(isinstance(v, float) for _, v in tried)
-    assert rep["headroom"] == min(tried, key=lambda hv: hv[1])[0]
+    tried = rep["clusterings_tried"]
+    assert [h for _, h, _ in tried] == [0.0, 0.5] and all(isinstance(v, float) for _, _, v in tried)
+    assert rep["headroom"] == min(tried, key=lambda shv: shv[2])[1]
     small = lower(g, t, replace(lower_mod.DEFAULT, trial_tasks=len(lg.tasks) - 1)).meta["order"]
-    assert "headroom_tried" not in small and small["headroom"] == 0.0
+    assert "clusterings_tried" not in small and (small["spread"], small["headroom"]) == (2.5, 0.0)
     assert small["shared_in_place"] is False and small["shared_tried"] is False
     with pytest.raises(SettingsError, match="headroom"):
         lower(g, t, replace(lower_mod.DEFAULT, headroom=()))
+
+
+def test_each_spread_is_clustered_and_timed_and_a_spread_that_never_held_a_core_back_is_not_repeated():
+    """``spread`` lists how fast the clustering may open cores; :func:`lower` clusters
+    with each (and each headroom), times each list executable and keeps the fastest.
+    A clustering in which the spread rule never kept a fresh group from the candidates
+    (``spread_limited`` False) is the one every larger spread gives, so that spread is
+    skipped; a limited one differs. Every executable computes the executor's outputs."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.place import cluster
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _matmuls(8, parallel=False)
+    t = load_target("npu")
+    lg, _ = lower_mod._prepare(g, t, lower_mod.DEFAULT)
+    slow, fast, wide = (cluster(lg, t, False, s, 0.0) for s in (0.25, 64.0, 128.0))
+    assert slow.spread_limited and not fast.spread_limited
+    assert not np.array_equal(slow.group, fast.group) and slow.makespan > fast.makespan
+    assert np.array_equal(fast.group, wide.group) and np.array_equal(fast.end, wide.end)
+    assert lower_mod._repeats(128.0, 0.0, [(64.0, 0.0, fast.headroom, False)])
+    assert not lower_mod._repeats(64.0, 0.0, [(0.25, 0.0, slow.headroom, True)])
+    assert not lower_mod._repeats(32.0, 0.0, [(64.0, 0.0, fast.headroom, False)])  # smaller: not known
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    rep = {}
+    for spread in ((0.25,), (64.0,), (0.25, 64.0, 128.0)):
+        # alone: no trial of sharing in place either, so its list latency is the strict one
+        alone = {"trial_tasks": 0} if len(spread) == 1 else {}
+        exe = lower(g, t, replace(lower_mod.DEFAULT, spread=spread, headroom=(0.0,), **alone))
+        check_executable(exe, t)
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        rep[spread] = exe.meta["order"]
+    tried = rep[(0.25, 64.0, 128.0)]["clusterings_tried"]
+    assert [s for s, _, _ in tried] == [0.25, 64.0]  # 128 would repeat 64
+    assert tried[0][2] == pytest.approx(rep[(0.25,)]["list_latency_s"], rel=1e-12)
+    assert tried[1][2] == pytest.approx(rep[(64.0,)]["list_latency_s"], rel=1e-12)
+    assert rep[(0.25, 64.0, 128.0)]["spread"] == min(tried, key=lambda shv: shv[2])[0]
+    with pytest.raises(SettingsError, match="spread"):
+        lower(g, t, replace(lower_mod.DEFAULT, spread=(0.0,)))

@@ -66,6 +66,9 @@ class Clustering:
     #: for any h from this clustering's headroom up to it gives this one again (no group
     #: was ever crowded at h, and no candidate spared at h was preferred at the lower one)
     headroom: float = math.inf
+    #: whether the ``spread`` rule ever kept a fresh group from the candidates (while cores
+    #: and the weights' reserve allowed one): if not, any larger spread gives this one again
+    spread_limited: bool = True
 
 
 def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
@@ -292,6 +295,7 @@ class _Clusterer:
             for c in lg.consts_of(t):
                 const_users[c] = const_users.get(c, 0) + 1
         remaining_w = sum(self.wsize[c] for c in const_users)
+        limited = False
         for t in lg.tasks:
             tc = lg.consts_of(t)
             done_work += t.seconds
@@ -305,7 +309,9 @@ class _Clusterer:
             reserve = int(np.ceil(max(0, remaining_w - own_new) / (0.9 * cap)))
             budget = int(np.ceil(self.k_max * min(1.0, self.spread * done_work / total_work)))
             opened = len(self.free)
-            may_open = opened < self.k_max and opened < max(budget, 1) and self.k_max - opened - 1 >= reserve
+            could_open = opened < self.k_max and self.k_max - opened - 1 >= reserve
+            may_open = could_open and opened < max(budget, 1)
+            limited |= could_open and not may_open
             rest = remaining_w - own_new
             best = self.best_group(t, self.candidates(t, preds) + ([-1] if may_open else []), preds, tc, ws, rest)
             if best is None and opened > len(self.candidates(t, preds)):
@@ -324,7 +330,7 @@ class _Clusterer:
                     remaining_w -= self.wsize[c]
         kept = [(self.cap - w) / m - 1 for w, m in zip(self.wbytes, self.wsmax, strict=True) if w > 0 and m > 0]
         return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
-                          float(self.end.max(initial=0.0)), min(kept, default=math.inf))
+                          float(self.end.max(initial=0.0)), min(kept, default=math.inf), limited)
 
     def assign(self, t: Task, g: int, st: float, tc: list[int], ws: int, preds: dict[int, float]) -> None:
         self.group[t.id] = g

@@ -60,8 +60,8 @@ def settings_from_args(args: argparse.Namespace):
         raise CorefoldError(f"--set placement_effort must be >= 1, got {settings.placement_effort}")
     if not settings.order_budget_seconds >= 0:
         raise CorefoldError(f"--set order_budget_seconds must be >= 0, got {settings.order_budget_seconds}")
-    if not settings.spread > 0:
-        raise CorefoldError(f"--set spread must be > 0, got {settings.spread}")
+    if not settings.spread or not all(s > 0 for s in settings.spread):
+        raise CorefoldError(f"--set spread: one value or more, each > 0, got {list(settings.spread)}")
     if not settings.pieces_per_core >= 0:
         raise CorefoldError(f"--set pieces_per_core must be >= 0, got {settings.pieces_per_core}")
     if not settings.headroom or not all(h >= 0 for h in settings.headroom):
