@@ -9,17 +9,13 @@ Every function here is O(rank) per box (O(rank * pieces) per operand).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from corefold.ops.facets import prod
+
 Shape = tuple[int, ...]
-
-
-def prod(shape) -> int:
-    """The element count of ``shape`` (1 for a scalar), as a Python int."""
-    return int(math.prod(shape))
 
 
 @dataclass(frozen=True)

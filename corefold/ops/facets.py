@@ -7,6 +7,7 @@ Shape functions (``same``, ``broadcast``, ``ByKernel``), costs (``FREE``, ``DMA`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,7 +25,8 @@ from corefold.ops.schema import (
 
 
 def prod(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    """The element count of ``shape`` (1 for a scalar), as a Python int. O(rank)."""
+    return int(math.prod(shape))
 
 
 def norm_axis(axis: int, rank: int) -> int:
