@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default="float32,int8", help="comma-separated subset of: float32, int8")
     p.add_argument("--json", help="write the rows as JSON")
     p.add_argument("--preset", default="default", choices=["fast", "default", "strong"],
-                   help="lowering preset (strong: tunes the pieces and spread on the timed simulation)")
+                   help="lowering preset (strong: tunes the pieces, placement effort and clusterings on the timed simulation)")
     args = p.parse_args(argv)
 
     from corefold.executor import random_inputs

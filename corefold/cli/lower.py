@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shape_argument(p)
     add_target_argument(p)
     p.add_argument("--preset", choices=("fast", "default", "strong"), default="default",
-                   help="effort: fast (no order search), default, strong (tunes pieces and placement effort "
-                        "on the timed simulation; about 7x the time) (default: default)")
+                   help="effort: fast (no order search), default, strong (tunes pieces, placement effort and clustering "
+                        "on the timed simulation; 3-18x the time) (default: default)")
     p.add_argument("--seed", type=int, default=None, help="seed of the mesh placement (default 0)")
     add_settings_arguments(p, SETTINGS)
     p.add_argument("--plot", metavar="placed.png", help="draw the placement on the mesh (needs matplotlib)")
