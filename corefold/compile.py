@@ -100,9 +100,10 @@ def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
 
 
 def fits_for(target: Target):
-    from corefold.backend.lower import fits
+    """``backend.fits`` bound to ``target`` and M1's candidate settings (``backend.lower.SEARCH``)."""
+    from corefold.backend.lower import SEARCH, fits
 
-    return functools.partial(fits, target=target)
+    return functools.partial(fits, target=target, settings=SEARCH)
 
 
 class _QuantizeStep:
