@@ -322,3 +322,44 @@ def test_a_conv_with_too_few_rows_for_its_time_cuts_each_band_on_channels_while_
     assert all(n.inputs[1].shape == (128 // per_band, in_channels, 3, 3) for n in convs)
     feeds = random_inputs(g, 8)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+def _conv_lrn(seed: int = 0) -> Graph:
+    """Conv 3x3 (32 -> 64 channels on 32 x 32) -> LRN: on 256 KiB cores the split pass
+    cuts the Conv into two output-channel parts to fit, and the LRN, whose window spans
+    channels, cannot follow that cut."""
+    rng = np.random.default_rng(seed)
+    g = Graph("conv_lrn")
+    x = g.add_input("x", (1, 32, 32, 32), "float32")
+    w = g.add_constant("w", (rng.standard_normal((64, 32, 3, 3)) / 8).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(64).astype(np.float32))
+    conv = g.make_node("Conv", [x, w, b], {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+                       name="conv")
+    infer_node(conv)
+    lrn = g.make_node("LRN", [conv.outputs[0]], {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, name="lrn")
+    infer_node(lrn)
+    g.outputs = [lrn.outputs[0]]
+    return g
+
+
+def test_an_operator_that_cannot_follow_a_channel_cut_takes_its_own_piece_count_on_rows():
+    """The LRN behind the Conv's channel parts is cut on rows; it used to take the count of
+    the channel cut it follows (four pieces of 2 us, against 0.26 us for a piece of its own
+    cut). Its
+    pieces compute the LRN (within 1e-6), and the lowered chip computes the executor's
+    outputs (within 1e-5)."""
+    from corefold.backend.tile import tile
+
+    g = _conv_lrn()
+    t = small_target(4, 4, 256, 64)
+    cut = tile(g, t, t.core_memory_threshold, 8.0)
+    parts = {n.name.split("_rows")[0] for n in cut.nodes if n.op_type == "Conv"}
+    lrns = [n for n in cut.nodes if n.op_type == "LRN"]
+    assert len(parts) == 2
+    assert len(lrns) == t.noc_streams_per_core  # its own count, capped by a reader's NoC buffers
+    assert all(n.outputs[0].shape == (1, 64, 1, 32) for n in lrns)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    assert max_relative_error(want, run(cut, feeds)) <= 1e-6
+    exe = lower(g, t, LowerSettings(order_budget_seconds=0.0))
+    assert max_relative_error(want, run_simulation(exe, feeds, t).outputs) <= 1e-5
