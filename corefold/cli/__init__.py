@@ -35,7 +35,30 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that every ``finally`` (temporary outputs) runs."""
 
 
+#: Where raising :class:`Terminated` is deferred, and for how long (:func:`_on_sigterm`).
+_COMPILERS = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
+_RETRY_SECONDS = 0.01
+
+
+def _in_compiler(frame) -> bool:
+    """Whether ``frame`` or one of its callers runs numba's or llvmlite's Python code
+    (compiling a kernel or loading it from the cache). O(stack depth)."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _COMPILERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    # NOTE: an exception raised while numba compiles or loads a kernel leaves its C state
+    # half-built, and the process then died of SIGSEGV (1 run in 25 of a SIGTERM during
+    # `topology generate` on a loaded machine) with its temporary output left behind; so
+    # the signal is taken again 10 ms later (SIGALRM) until the compiler has returned
+    if hasattr(signal, "setitimer") and _in_compiler(frame):
+        signal.signal(signal.SIGALRM, _on_sigterm)
+        signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)
+        return
     raise Terminated()
 
 #: Subcommands in pipeline order (M5 quantize, M3 split and order, M4 topology and map): (name, module, help).
@@ -110,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = None
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        alarm = signal.getsignal(signal.SIGALRM) if hasattr(signal, "setitimer") else None
     except ValueError:  # not the main thread (tests on threads): no handler
         pass
     prog = f"corefold {args.command}"
@@ -137,3 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            if alarm is not None:  # a deferred SIGTERM's retry, if still armed
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, alarm)
