@@ -153,20 +153,26 @@ def test_a_banded_conv_chain_uses_more_cores_runs_faster_and_matches():
     assert banded.report.latency_s < whole.report.latency_s
 
 
-def _residual_conv(seed: int = 0) -> Graph:
-    """y = Conv3x3(x) + x on a 1x32x32x32 image (36 KiB of weights)."""
+def _conv3x3_then(name: str, out_channels: int, scale: float, after, seed: int = 0) -> Graph:
+    """A padded 3 x 3 Conv from 32 channels on 32 x 32 (weights N(0, 1) / ``scale``), then
+    the node ``after(graph, conv_output, x)`` makes, the graph's output."""
     rng = np.random.default_rng(seed)
-    g = Graph("residual")
+    g = Graph(name)
     x = g.add_input("x", (1, 32, 32, 32), "float32")
-    w = g.add_constant("w", (rng.standard_normal((32, 32, 3, 3)) / 16).astype(np.float32))
-    b = g.add_constant("b", rng.standard_normal(32).astype(np.float32))
+    w = g.add_constant("w", (rng.standard_normal((out_channels, 32, 3, 3)) / scale).astype(np.float32))
+    b = g.add_constant("b", rng.standard_normal(out_channels).astype(np.float32))
     conv = g.make_node("Conv", [x, w, b], {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
                        name="conv")
     infer_node(conv)
-    add = g.make_node("Add", [conv.outputs[0], x], name="add")
-    infer_node(add)
-    g.outputs = [add.outputs[0]]
+    last = after(g, conv.outputs[0], x)
+    infer_node(last)
+    g.outputs = [last.outputs[0]]
     return g
+
+
+def _residual_conv(seed: int = 0) -> Graph:
+    """y = Conv3x3(x) + x on a 1x32x32x32 image (36 KiB of weights)."""
+    return _conv3x3_then("residual", 32, 16, lambda g, y, x: g.make_node("Add", [y, x], name="add"), seed)
 
 
 def test_a_reader_of_a_cut_weights_join_follows_its_leaf_pieces_within_the_noc_streams():
@@ -328,18 +334,8 @@ def _conv_lrn(seed: int = 0) -> Graph:
     """Conv 3x3 (32 -> 64 channels on 32 x 32) -> LRN: on 256 KiB cores the split pass
     cuts the Conv into two output-channel parts to fit, and the LRN, whose window spans
     channels, cannot follow that cut."""
-    rng = np.random.default_rng(seed)
-    g = Graph("conv_lrn")
-    x = g.add_input("x", (1, 32, 32, 32), "float32")
-    w = g.add_constant("w", (rng.standard_normal((64, 32, 3, 3)) / 8).astype(np.float32))
-    b = g.add_constant("b", rng.standard_normal(64).astype(np.float32))
-    conv = g.make_node("Conv", [x, w, b], {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
-                       name="conv")
-    infer_node(conv)
-    lrn = g.make_node("LRN", [conv.outputs[0]], {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}, name="lrn")
-    infer_node(lrn)
-    g.outputs = [lrn.outputs[0]]
-    return g
+    lrn = {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}
+    return _conv3x3_then("conv_lrn", 64, 8, lambda g, y, x: g.make_node("LRN", [y], lrn, name="lrn"), seed)
 
 
 def test_an_operator_that_cannot_follow_a_channel_cut_takes_its_own_piece_count_on_rows():
