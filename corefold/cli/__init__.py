@@ -9,7 +9,8 @@ user's input is at fault (a :class:`~corefold.errors.CorefoldError` anywhere, or
 argument), reported in one line on stderr naming the culprit; 70 an internal error (a
 corefold bug: :class:`~corefold.errors.InternalError` or any unexpected exception), one
 line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 141 the output pipe closed (``corefold ... | head``); 130 interrupted
-(Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output.
+(Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output (either
+signal is deferred while numba compiles or loads a kernel: :func:`_on_signal`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that every ``finally`` (temporary outputs) runs."""
 
 
-#: Where raising :class:`Terminated` is deferred, and for how long (:func:`_on_sigterm`).
+#: Where raising :class:`Terminated` or :class:`KeyboardInterrupt` is deferred, and for how long (:func:`_on_signal`).
 _COMPILERS = (f"{os.sep}numba{os.sep}", f"{os.sep}llvmlite{os.sep}")
 _RETRY_SECONDS = 0.01
 
@@ -50,16 +51,29 @@ def _in_compiler(frame) -> bool:
     return False
 
 
-def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    """SIGTERM raises :class:`Terminated`, SIGINT :class:`KeyboardInterrupt`, in the main
+    thread; a SIGALRM is a deferred one of them taken again (``_pending``)."""
+    global _pending
+    if signum == signal.SIGALRM:
+        signum = _pending or signal.SIGTERM
     # NOTE: an exception raised while numba compiles or loads a kernel leaves its C state
     # half-built, and the process then died of SIGSEGV (1 run in 25 of a SIGTERM during
     # `topology generate` on a loaded machine) with its temporary output left behind; so
     # the signal is taken again 10 ms later (SIGALRM) until the compiler has returned
     if hasattr(signal, "setitimer") and _in_compiler(frame):
-        signal.signal(signal.SIGALRM, _on_sigterm)
+        _pending = signum
+        signal.signal(signal.SIGALRM, _on_signal)
         signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)
         return
+    _pending = None
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated()
+
+
+#: The signal a SIGALRM retry stands for (:func:`_on_signal`).
+_pending: int | None = None
 
 #: Subcommands in pipeline order (M5 quantize, M3 split and order, M4 topology and map): (name, module, help).
 COMMANDS: list[tuple[str, str, str]] = [
@@ -130,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USER_ERROR
     except BrokenPipeError:  # --help-settings | head
         return _pipe_closed()
-    previous = None
+    previous = interrupt = None
     try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        previous = signal.signal(signal.SIGTERM, _on_signal)
+        interrupt = signal.signal(signal.SIGINT, _on_signal)
         alarm = signal.getsignal(signal.SIGALRM) if hasattr(signal, "setitimer") else None
     except ValueError:  # not the main thread (tests on threads): no handler
         pass
@@ -161,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            if interrupt is not None:
+                signal.signal(signal.SIGINT, interrupt)
             if alarm is not None:  # a deferred SIGTERM's retry, if still armed
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, alarm)
