@@ -198,9 +198,10 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
 
 def explain(sim) -> str:
     """Where the run's time went: the three busiest resources during the run (busy / latency), the
-    critical path (walked back from the last instruction through the dependency that
-    finished last) split into service time per instruction kind and waiting for a busy
-    resource. O(T + S)."""
+    critical path (:mod:`corefold.sim.critical`) split into service time per instruction
+    kind and waiting for a busy resource. O(T + S)."""
+    from corefold.sim.critical import critical_path
+
     tl, eng = sim.timed.timeline, sim.timed.engine
     lat = sim.report.latency_s
     lo, hi = sim.timed.run_start, sim.timed.run_end  # the run only: not the weight loading
@@ -208,20 +209,9 @@ def explain(sim) -> str:
     busy = np.bincount(tl.stage_resource, weights=spans, minlength=len(eng.resources))
     top = np.argsort(-busy)[:3]
     parts = [f"{eng.resources[r].name} {busy[r] / lat:.2f}" for r in top]
-    preds: list[list[int]] = [[] for _ in eng.tasks]
-    for i, task in enumerate(eng.tasks):
-        for j in task.succs:
-            preds[j].append(i)
-    cur = int(np.argmax(np.where(tl.finish <= sim.timed.run_end + 1e-15, tl.finish, -1)))
-    service: dict[str, float] = {}
-    waiting = 0.0
-    while preds[cur] and tl.finish[cur] > sim.timed.run_start:
-        ready = max(tl.finish[p] for p in preds[cur])
-        cat = eng.tasks[cur].category
-        service[cat] = service.get(cat, 0.0) + tl.finish[cur] - max(tl.start[cur], ready)
-        waiting += max(0.0, tl.start[cur] - ready)
-        cur = max(preds[cur], key=lambda p: tl.finish[p])
-    path = ", ".join(f"{k} {v / lat:.2f}" for k, v in sorted(service.items(), key=lambda kv: -kv[1]) if v > 0)
+    cats = critical_path(sim.timed).by_category()
+    waiting = sum(w for _, w in cats.values())
+    path = ", ".join(f"{k} {v / lat:.2f}" for k, (v, _) in sorted(cats.items(), key=lambda kv: -kv[1][0]) if v > 0)
     return f"busiest: {'; '.join(parts)} | critical path: {path}, waiting for a resource {waiting / lat:.2f}"
 
 

@@ -58,6 +58,21 @@ def test_the_executable_runs_in_sim_and_matches_onnx_runtime(lowered, capsys):
     assert "check probs: max abs error" in text and "MISMATCH" not in text
 
 
+def test_sim_prints_and_reports_where_the_critical_path_spends_the_latency(lowered, capsys, tmp_path):
+    _, cfx, _, _ = lowered
+    report = tmp_path / "r.json"
+    assert main(["sim", cfx, "--report", str(report)]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(report.read_text())
+    path = doc["critical_path"]
+    total = sum(path["service_s"].values()) + sum(path["wait_s"].values())
+    assert total == pytest.approx(doc["latency_s"], rel=1e-9)
+    assert "compute" in path["service_s"] and path["steps"] >= 3
+    assert 1 <= len(path["longest"]) <= 10
+    line = next(t for t in text.splitlines() if t.startswith("critical path "))
+    assert f"{path['steps']} steps:" in line and "compute" in line
+
+
 def test_inspect_prints_the_cfx_contents(lowered, capsys, tmp_path):
     _, cfx, _, _ = lowered
     exe = load(cfx)

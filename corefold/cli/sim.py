@@ -8,7 +8,8 @@ link; the report has a single executable's keys, summed over the chain, plus
 laid end to end.
 
 Prints latency against the roofline bound, weight loading, SRAM peak, NoC, DRAM and host
-traffic and unit utilisation; writes the outputs (``-o``), the report (``--report``), a
+traffic, unit utilisation and, for one executable, where its critical path spends the
+latency (:mod:`corefold.sim.critical`; the report's ``critical_path``); writes the outputs (``-o``), the report (``--report``), a
 Chrome trace for Perfetto (``--trace``) and the link heatmap (``--heatmap``). Every output
 path is checked before the simulation starts and written atomically.
 
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from corefold.backend.cfx import load as load_executable
     from corefold.cli.run import load_npz
     from corefold.sim import random_inputs, run_simulation
+    from corefold.sim.critical import critical_path
     from corefold.target import load_target
 
     target = load_target(args.target) if args.target else None
@@ -76,14 +78,15 @@ def run(args: argparse.Namespace) -> int:
     exe = load_executable(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else random_inputs(exe, seed=args.seed)
     sim = run_simulation(exe, feeds, target)
-    _print_summary(args.executable, sim)
+    path = critical_path(sim.timed)
+    _print_summary(args.executable, sim, path)
     if args.output:
         with atomic_output(args.output, suffix=".npz") as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, **sim.outputs)
         print(f"wrote {args.output}")
     if args.report:
-        sim.report.write(args.report)
+        sim.report.write(args.report, extra={"critical_path": path.to_json()})
         print(f"wrote {args.report}")
     if args.trace:
         sim.write_trace(args.trace)
@@ -187,7 +190,7 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-def _print_summary(path: str, sim) -> None:
+def _print_summary(path: str, sim, critical=None) -> None:
     r, t = sim.report, sim.target
     used = sum(1 for v in r.sram_peak_bytes if v)
     print(f"simulated {path} on {t.name} ({t.width}x{t.height} cores): {r.instructions} instructions on "
@@ -204,6 +207,8 @@ def _print_summary(path: str, sim) -> None:
     print(f"NoC          {r.noc_bytes:,} byte-hops; busiest link ({x},{y}) {'NESW'[d]}: {int(links.max(initial=0)):,} bytes")
     print(f"DRAM         {r.dram_bytes:,} bytes   host {r.host_bytes:,} bytes")
     print("utilisation  " + "  ".join(f"{k} {v:.3f}" for k, v in r.utilisation.items()))
+    if critical is not None:
+        print(f"critical path {critical.summary()}")
     for name, arr in sim.outputs.items():
         print(f"{name}: {arr.dtype.name}{list(arr.shape)}" + (
             f"  min {arr.min():.6g}  max {arr.max():.6g}" if arr.size and np.issubdtype(arr.dtype, np.number) else ""))

@@ -16,6 +16,10 @@ Keys (issue 11), exactly:
 ``utilisation``        unit kind -> busy time / (units x latency), averaged over the cores
 =====================  ======================================================================
 
+``corefold sim --report`` on one executable appends ``critical_path``
+(:meth:`corefold.sim.critical.CriticalPath.to_json`: the latency split by category along the
+chain of tasks that set it), and on a build ``executables``.
+
 Directions are the executable's (``corefold.backend.executable``): y grows southwards, N
 is ``(x, y - 1)``, E ``(x + 1, y)``, S ``(x, y + 1)``, W ``(x - 1, y)``. The roofline: with ``P`` usable cores, ``m`` a core's matrix MAC/s (all its
 matrix units), ``v`` its vector element-ops/s, ``M`` the executable's MACs, ``V`` its vector
