@@ -20,6 +20,9 @@ simulates with ``corefold.sim.run_simulation``, and prints:
   error decides the softmax) or the integer runner (int8: max |error| in steps, must be 0);
 * below each row, where the time went: the busiest resources (busy time / latency) and
   the critical path split by instruction kind;
+* with ``--what-if``, the latency of the same executable with compute, the NoC's bytes,
+  repeated sends of one box (as one multicast), DRAM, or compute and the NoC's bytes counted
+  as free (``corefold.sim.timed.WHAT_IF``): what each resource costs as lowered;
 * ``naive x``: the speedup over the naive mapping, every operator on one core in file
   order: the operators cut to fit the core (the split pass) and issued in file order on
   that core's units by the M3 single-core simulator (``corefold.passes.order``), weights
@@ -29,7 +32,7 @@ simulates with ``corefold.sim.run_simulation``, and prints:
 Then int8 ResNet-50 (torchvision, random weights) on the ``npu-array`` preset (2x2 chips):
 its simulation wall time, goal <= 30 s.
 
-    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--preset strong] [--json out.json]
+    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--preset strong] [--what-if] [--json out.json]
 """
 
 from __future__ import annotations
@@ -151,8 +154,14 @@ def float_error(graph, sim, feeds, logits: dict, seen: dict) -> float:
                for name, v in logits.items())
 
 
-def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "default") -> dict:
-    """Lower (with the ``preset``'s settings), simulate, check; one row."""
+#: ``--what-if``: the same executable timed again with these counted as free
+#: (``corefold.sim.timed.WHAT_IF``), the latency each leaves.
+WHAT_IFS = (("compute",), ("noc",), ("multicast",), ("dram",), ("compute", "noc"))
+
+
+def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "default", what_if: bool = False) -> dict:
+    """Lower (with the ``preset``'s settings), simulate, check; one row (with ``what_if``,
+    also the latency of the same executable under each of :data:`WHAT_IFS`)."""
     from corefold.backend.lower import PRESETS, lower
     from corefold.errors import CompileError
     from corefold.sim import run_simulation
@@ -193,6 +202,11 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
                sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
                instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
                dram_bytes=r.dram_bytes, explain=explain(sim))
+    if what_if:
+        from corefold.sim.timed import time_executable
+
+        runs = {"+".join(w): time_executable(exe, target, frozenset(w)) for w in WHAT_IFS}
+        row["what_if_s"] = {k: float(run.run_end - run.run_start) for k, run in runs.items()}
     return row
 
 
@@ -232,6 +246,9 @@ def _print_row(row: dict) -> None:
           f"{row['sram_peak']:6.2f}{row['sram_mean']:6.2f}{row['cores']:6d}{row['lower_s']:9.1f}{row['sim_s']:8.1f}"
           f"{row['err']:10.2g}{naive}", flush=True)
     print(f"{'':<28}{row['explain']}", flush=True)
+    if "what_if_s" in row:
+        print(f"{'':<28}what if free (same executable), us: " + ", ".join(
+            f"{k} {v * 1e6:.1f}" for k, v in row["what_if_s"].items()), flush=True)
 
 
 def main(argv=None) -> int:
@@ -242,6 +259,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-naive", action="store_true", help="leave out the naive mapping")
     p.add_argument("--dtypes", default="float32,int8", help="comma-separated subset of: float32, int8")
     p.add_argument("--json", help="write the rows as JSON")
+    p.add_argument("--what-if", action="store_true",
+                   help="time each executable again with compute, NoC bytes, repeated sends (multicast), DRAM, "
+                        "or compute and NoC bytes counted as free: how much of the latency each sets")
     p.add_argument("--preset", default="default", choices=["fast", "default", "strong"],
                    help="lowering preset (strong: tunes the pieces, placement effort and clusterings on the timed simulation)")
     args = p.parse_args(argv)
@@ -264,7 +284,7 @@ def main(argv=None) -> int:
                 feeds = random_inputs(graph, seed=0)
                 if quantize:
                     quantized(graph)
-                row = measure(name, graph, npu, quantize, feeds, args.preset)
+                row = measure(name, graph, npu, quantize, feeds, args.preset, args.what_if)
                 if "error" not in row and not args.no_naive:
                     row["naive_s"] = naive_latency(load_model(path), npu, quantize)
                 rows.append(row)

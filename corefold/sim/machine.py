@@ -44,6 +44,8 @@ class Machine:
         channels: DRAM channel index -> resource.
         host: the host link's resource.
         hop_cost: ``(x, y, d)`` -> (bytes per second, latency in seconds) of that link.
+        free_noc, free_dram: links (DRAM channels and DMA engines) move bytes in no time,
+            for :func:`corefold.sim.timed.time_executable`'s ``what_if``.
     """
 
     target: Target
@@ -53,11 +55,13 @@ class Machine:
     channels: list[int] = field(default_factory=list)
     host: int = -1
     hop_cost: dict[tuple[int, int, str], tuple[float, float]] = field(default_factory=dict)
+    free_noc: bool = False
+    free_dram: bool = False
 
     @classmethod
-    def build(cls, target: Target, engine: Engine) -> "Machine":
+    def build(cls, target: Target, engine: Engine, free_noc: bool = False, free_dram: bool = False) -> "Machine":
         """Add every resource of ``target`` to ``engine``. O(cores x engines + links)."""
-        m = cls(target, engine)
+        m = cls(target, engine, free_noc=free_noc, free_dram=free_dram)
         for x, y in target.usable_cores:
             for kind, unit in target.units.items():
                 for i in range(unit.count):
@@ -87,6 +91,8 @@ class Machine:
             KeyError: a hop leaves the board.
         """
         cost = self.hop_cost
+        if self.free_noc:
+            return [Stage(self.links[hop], 0.0, cost[hop][1]) for hop in route]
         return [Stage(self.links[hop], nbytes / cost[hop][0], cost[hop][1]) for hop in route]
 
     def unit_stage(self, core: Core, unit: str, seconds: float) -> Stage:
@@ -100,11 +106,11 @@ class Machine:
     def dma_seconds(self, nbytes: float) -> float:
         """Time one DMA engine needs for ``nbytes``."""
         dma = self.target.units["dma"]
-        return nbytes / (dma.throughput * self.target.clock_hz)
+        return 0.0 if self.free_dram else nbytes / (dma.throughput * self.target.clock_hz)
 
     def channel_stage(self, channel: int, nbytes: float) -> Stage:
         """``nbytes`` through DRAM channel ``channel``."""
-        return Stage(self.channels[channel], nbytes / self.target.dram_channel_bytes_per_s)
+        return Stage(self.channels[channel], 0.0 if self.free_dram else nbytes / self.target.dram_channel_bytes_per_s)
 
     def host_stage(self, nbytes: float) -> Stage:
         """``nbytes`` over the host link."""

@@ -328,3 +328,48 @@ def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_wo
     busy = [(tm.timeline.start[k], tm.timeline.finish[k]) for k in range(len(tm.engine.tasks))
             if any(s.resource == vector for s in tm.engine.tasks[k].stages)]
     assert len(busy) == 1
+
+
+def _fan_out():
+    """Core (0,0) sends one 64-byte weight to (1,0) and to (1,1): XY routes share the hop
+    (0,0) E; each receiver stores what it got."""
+    t = small_target()
+    b = ExeBuilder(t)
+    src = b.buffer((0, 0), (16,), data=np.arange(16), name="w")
+    out = b.graph_output("y", (2, 16))
+    for i, dst in enumerate(((1, 0), (1, 1))):
+        buf = b.buffer(dst, (16,), name=f"w{i}")
+        b.add((0, 0), Send(i + 1, b.view(src), dst, b.view(buf), xy_route((0, 0), dst)))
+        r = b.add(dst, Recv(i + 1, (0, 0), b.view(buf)))
+        b.add(dst, DmaStore("dma0", b.view(buf), View(out, (2, 16), (i, 0), (1, 16)), xy_route(dst, (1, 0)),
+                            deps=(r,)))
+    return b.build(), t
+
+
+def test_what_if_counts_a_resource_as_free_on_the_same_executable():
+    """A diagnostic: each ``what_if`` runs the same executable with that resource free."""
+    from corefold.sim.timed import time_executable
+
+    exe, t, _ = _matmul_relu()
+
+    def latency(exe, t, what_if=frozenset()):
+        run = time_executable(exe, t, frozenset(what_if))
+        return (run.run_end - run.run_start) / NS
+
+    # by hand (test_one_core_timeline_and_report_by_hand): load 4 ns, matmul 2, relu 1, store 4;
+    # the load's and the store's 16 B take 2 ns on their 8 B/ns hop, which bounds them, then
+    # 2 ns of hop latency remain
+    assert latency(exe, t) == pytest.approx(11)
+    assert latency(exe, t, {"compute"}) == pytest.approx(8)  # matmul and relu take no time
+    assert latency(exe, t, {"dram"}) == pytest.approx(11)  # channel and DMA were not the bottleneck
+    assert latency(exe, t, {"noc"}) == pytest.approx(9)  # load and store 3 ns each: channel or DMA 1 ns
+    assert latency(exe, t, {"noc", "dram"}) == pytest.approx(7)  # load and store: their hop latency
+    assert latency(exe, t, {"compute", "noc", "dram"}) == pytest.approx(4)
+    # the fan-out: both sends start at once and queue on the shared hop (0,0) E, 8 ns each
+    # (plus 2 ns per hop); as one multicast the second skips that hop: done at 10 ns too
+    fan, t = _fan_out()
+    for what_if, ends in ((frozenset(), [10, 20]), (frozenset({"multicast"}), [10, 10])):
+        run = time_executable(fan, t, what_if)
+        assert [(run.timeline.finish[run.task[0][i]] - run.run_start) / NS for i in (0, 1)] == pytest.approx(ends)
+    with pytest.raises(ValueError, match="what_if"):
+        time_executable(exe, t, frozenset({"cache"}))

@@ -124,15 +124,33 @@ def view_bytes(exe: Executable, view: View, dram: bool) -> int:
     return view.elements * np.dtype(dtype).itemsize
 
 
-def time_executable(exe: Executable, target: Target) -> TimedRun:
-    """Build and run the tasks of every phase (module docstring).
+#: What :func:`time_executable` can be told to count as free (``what_if``), to see how much
+#: of a latency a resource sets with the same executable.
+WHAT_IF = {
+    "compute": "every Compute takes no time on its engines",
+    "noc": "NoC links move bytes in no time (hop latencies stay)",
+    "multicast": "a box sent from one core to several crosses each link once, as one multicast would "
+                 "(the hops already crossed are skipped, their latency too)",
+    "dram": "DRAM channels and DMA engines move bytes in no time",
+}
+
+
+def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = frozenset()) -> TimedRun:
+    """Build and run the tasks of every phase (module docstring); ``what_if`` names parts
+    of :data:`WHAT_IF` counted as free (a diagnostic: the latency the same executable
+    would have without them).
 
     Raises:
+        ValueError: ``what_if`` names something :data:`WHAT_IF` does not.
         ProgramError: an engine the core does not have, a Send, Recv, Signal or Wait
             without its partner, or a dependency cycle.
     """
+    unknown = set(what_if) - set(WHAT_IF)
+    if unknown:
+        raise ValueError(f"what_if: {sorted(unknown)} not among {sorted(WHAT_IF)}")
     engine = Engine()
-    m = Machine.build(target, engine)
+    m = Machine.build(target, engine, free_noc="noc" in what_if, free_dram="dram" in what_if)
+    sent_on: set[tuple] = set()  # (core, box, hop) already carried, under what_if "multicast"
 
     # -- nodes and their dependencies ---------------------------------------------------------
     # node ids: (c, j) -> 2 * flat + 0 (completion), Recv posting -> 2 * flat + 1
@@ -236,7 +254,7 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
             for engine_name, seconds in compute_stages(op, ins.unit, target):
                 if (p.core, engine_name) not in m.units:
                     raise ProgramError(f"core {p.core} instruction {j}: no engine '{engine_name}' for its epilogue")
-                stages.append(m.unit_stage(p.core, engine_name, seconds))
+                stages.append(m.unit_stage(p.core, engine_name, 0.0 if "compute" in what_if else seconds))
             name, args["op_type"] = op.name, op.op_type
         elif isinstance(ins, (DmaLoad, DmaStore)):
             load = isinstance(ins, DmaLoad)
@@ -272,6 +290,10 @@ def time_executable(exe: Executable, target: Target) -> TimedRun:
         elif isinstance(ins, Send):
             nbytes = view_bytes(exe, ins.src, dram=False)
             stages = m.hops(ins.route, nbytes)
+            if "multicast" in what_if:  # the hops this box already crossed are not taken again
+                box = (p.core, ins.src.ref, ins.src.start, ins.src.extent)
+                stages = [st for st, hop in zip(stages, ins.route, strict=True) if (box, hop) not in sent_on]
+                sent_on.update((box, hop) for hop in ins.route)
             transfers.append((nbytes, ins.route, "send"))
             name = f"send {exe.buffers[ins.src.ref].name}"
             args.update(bytes=nbytes, to=f"{ins.dst_core}")
