@@ -3,7 +3,7 @@ import pytest
 
 from corefold.backend.executable import Compute
 from corefold.backend.lower import LowerSettings, lower
-from corefold.backend.parallel import cut_for_parallelism, cut_rows
+from corefold.backend.parallel import ROOMY_WEIGHTS, cut_for_parallelism, cut_rows
 from corefold.backend.testing import max_relative_error, small_target
 from corefold.backend.tile import copy_graph
 from corefold.executor import random_inputs, run
@@ -291,8 +291,8 @@ def _pointwise_chain(n: int, seed: int = 0) -> Graph:
 @pytest.mark.parametrize("sram_kib,pieces", [(1024, 4), (24, 2)])
 def test_with_sram_to_spare_a_chain_is_cut_into_short_pieces_over_a_quarter_of_the_cores(sram_kib, pieces):
     """Eight equal convs of 4.1 us on 16 cores at one piece per core: ``tau`` is 2.1 us, so
-    the share of the work cuts each in 2. With the weights (128 KiB) within a quarter of
-    all cores' SRAM, each is cut into pieces of about 1 us instead, on at most 16 / 4
+    the share of the work cuts each in 2. With the weights (128 KiB) within 15% of all
+    cores' SRAM (``ROOMY_WEIGHTS``), each is cut into pieces of about 1 us instead, on at most 16 / 4
     cores (a chain runs one layer after the other: its latency is the sum of its longest
     pieces; on the int8 EfficientNet-B0, 203 -> 163 us). With 24 KiB cores the weights
     fill a third of the SRAM and the share of the work decides."""
@@ -306,6 +306,21 @@ def test_with_sram_to_spare_a_chain_is_cut_into_short_pieces_over_a_quarter_of_t
         assert sum(n.outputs[0].shape[2] for n in bands) == 32
     feeds = random_inputs(g, 7)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+def test_sram_to_spare_counts_only_the_constants_the_nodes_read():
+    """A constant no node reads any more (the split pass leaves the weights it replaced by
+    slices in the graph) does not count: 3 MiB of it beside the 16 MiB chip's 128 KiB of
+    weights leaves the chain cut into short pieces, as without it (it counted until stop
+    28, int8 ResNet-18's 11.7 MB of weights as 30.8)."""
+    g = _pointwise_chain(8)
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=4)
+    cut = copy_graph(g)
+    cut.add_constant("replaced", np.zeros(3 * 2**20, np.uint8))
+    assert cut.value("replaced").nbytes > ROOMY_WEIGHTS * 16 * t.sram_bytes
+    cut_for_parallelism(cut, t, pieces_per_core=1.0)
+    for i in range(8):
+        assert len([n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith(f"pw{i}_")]) == 4, i
 
 
 @pytest.mark.parametrize("in_channels,bands,per_band", [(64, 4, 4), (16, 4, 1)])
