@@ -323,6 +323,27 @@ def test_sram_to_spare_counts_only_the_constants_the_nodes_read():
         assert len([n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith(f"pw{i}_")]) == 4, i
 
 
+@pytest.mark.parametrize("sram_kib,pools,convs", [(1024, 4, 4), (80, 4, 1), (48, 2, 1)])
+def test_an_operator_without_weights_is_cut_short_while_the_weights_leave_some_room(sram_kib, pools, convs):
+    """Sixteen 4.1 us convs (256 KiB of weights), then a 9.2 us 3 x 3 MaxPool, on 16 cores
+    at one piece per core: ``tau`` is 4.7 us, so the share of the work leaves the convs
+    whole and cuts the pool in 2. With room (1.6% of the SRAM) all get the floor of about
+    1 us pieces on 16 / 4 cores; at 20% the convs' weights would be copied, so only the
+    weightless pool gets it (``ROOMY_WEIGHTLESS``; int8 ResNet-18's quantizer, pool and
+    residual Adds: 144.9 -> 131.3 us); at 33% neither does."""
+    g = _pointwise_chain(16)
+    pool = g.make_node("MaxPool", [g.outputs[0]], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, name="pool")
+    infer_node(pool)
+    g.outputs = [pool.outputs[0]]
+    t = small_target(width=4, height=4, sram_kib=sram_kib, reserved_kib=4)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=1.0)
+    assert len([n for n in cut.nodes if n.op_type == "MaxPool"]) == pools
+    assert len([n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("pw0")]) == convs
+    feeds = random_inputs(g, 3)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
 @pytest.mark.parametrize("in_channels,bands,per_band", [(64, 4, 4), (16, 4, 1)])
 def test_a_conv_with_too_few_rows_for_its_time_cuts_each_band_on_channels_while_that_beats_its_transfer(
         in_channels, bands, per_band):
