@@ -34,8 +34,10 @@ def test_sim_checks_against_ort_and_writes_every_output(cfx, tmp_path, capsys):
     assert "check probs: max abs error" in text and "MISMATCH" not in text
     assert "latency / roofline" in text
     report = json.loads(rep.read_text())
+    # the keys in its order, then where the critical path spends the latency
     assert list(report) == ["latency_s", "roofline_s", "load_s", "sram_peak_bytes", "sram_capacity_bytes",
-                            "noc_bytes", "link_bytes", "dram_bytes", "host_bytes", "instructions", "utilisation"]
+                            "noc_bytes", "link_bytes", "dram_bytes", "host_bytes", "instructions", "utilisation",
+                            "critical_path"]
     assert len(report["sram_peak_bytes"]) == 64 and np.asarray(report["link_bytes"]).shape == (8, 8, 4)
     assert report["latency_s"] >= report["roofline_s"] > 0
     assert max(report["sram_peak_bytes"]) <= report["sram_capacity_bytes"]
