@@ -71,6 +71,13 @@ class LowerSettings:
             most this many tasks: each costs steps 3-6 and a timed run (4 to 5 s on the
             2086 tasks of the int8 ResNet-50 on ``npu-array``, which they took from 15 to
             about 27 s of lowering, past the 20 s goal, for nothing: both lost there).
+        min_rows: the fewest output rows of a row band the tile step cuts
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`); with the order search and
+            at most ``trial_tasks`` tasks, each further value tiles the graph again, is
+            clustered with the first tiling's fastest ``spread`` and ``headroom``, and its
+            list executable is kept when the timed simulation runs it faster (bands of one
+            row read three times their rows through a 3 x 3 window, but halve the chain
+            of bands: no one value suits every model).
         tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
             to try, every pair of them (an empty one: the setting's own value); the pair
             whose executable (list-scheduling orders) the timed simulation runs fastest is
@@ -87,6 +94,7 @@ class LowerSettings:
     dram_interleave: bool = True
     headroom: tuple[float, ...] = (0.0, 0.5)
     trial_tasks: int = 2000
+    min_rows: tuple[int, ...] = (2, 1)
     tune_pieces: tuple[float, ...] = ()
     tune_efforts: tuple[int, ...] = ()
 
@@ -121,7 +129,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     threshold = target.core_memory_threshold
     while threshold >= target.sram_bytes // 8:
         try:
-            lg = build(tile(graph, target, threshold, settings.pieces_per_core), target)
+            lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0]), target)
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0])
         except _NoRetry as exc:
@@ -172,6 +180,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
         raise SettingsError(f"headroom: one value or more, each >= 0, got {list(settings.headroom)}")
     if not settings.spread or not all(s > 0 for s in settings.spread):
         raise SettingsError(f"spread: one value or more, each > 0, got {list(settings.spread)}")
+    if not settings.min_rows or not all(isinstance(m, int) and m >= 1 for m in settings.min_rows):
+        raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
     if settings.tune_pieces or settings.tune_efforts:
         return _tuned(graph, target, settings)
     if settings.pieces_per_core > 0:
@@ -317,6 +327,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         trials.append(((spread, headroom), _trial(lg, other, target, settings, timed, times)))
     tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in trials]
     (spread, headroom), trial = min(trials, key=lambda ht: ht[1].latency)  # the first on a tie
+    lg, min_rows, rows_tried = _other_tilings(graph, target, settings, lg, trial, spread, headroom, trials_on, times)
+    trial = rows_tried.pop("trial")
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, runs = trial.built, trial.errors, trial.runs
     t = time.perf_counter()
@@ -355,6 +367,9 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         order_report["kept"] = kept
     order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
     order_report["spread"], order_report["headroom"] = spread, headroom
+    order_report["min_rows"] = min_rows
+    if len(rows_tried["tried"]) > 1:
+        order_report["min_rows_tried"] = rows_tried["tried"]  # [min_rows, list latency or error]
     if len(tried) > 1:
         order_report["clusterings_tried"] = sorted(tried, key=lambda shv: shv[:2])  # [spread, headroom, list latency or error]
     exe = built[kept][1]
@@ -367,6 +382,31 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         "lower_seconds": {k: round(v, 4) for k, v in times.items()},
     })
     return exe
+
+
+def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: "_Trial",
+                   spread: float, headroom: float, trials_on: bool, times: dict):
+    """``(lowered graph, min_rows, {"trial": its trial, "tried": [[min_rows, latency or
+    error], ...]})``: the first tiling's, or that of a further ``settings.min_rows``
+    value whose list executable (clustered with ``spread`` and ``headroom``) the timed
+    simulation runs faster. O(values) tilings and trials."""
+    tried: list[list] = [[settings.min_rows[0], float(trial.latency) if trial.built else str(trial.errors["list"])]]
+    kept = settings.min_rows[0]
+    for m in settings.min_rows[1:] if trials_on else ():
+        t = time.perf_counter()
+        try:
+            other_lg, other_cl = _prepare(graph, target, replace(settings, min_rows=(m,), spread=(spread,),
+                                                                 headroom=(headroom,)))
+        except CompileError as exc:
+            tried.append([m, str(exc)])
+            continue
+        finally:
+            times["tile_place"] += time.perf_counter() - t
+        other = _trial(other_lg, other_cl, target, settings, True, times)
+        tried.append([m, float(other.latency) if other.built else str(other.errors["list"])])
+        if other.latency < trial.latency:
+            lg, trial, kept = other_lg, other, m
+    return lg, kept, {"trial": trial, "tried": tried}
 
 
 def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:

@@ -533,8 +533,8 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
     g = _conv_chain(16, 16, 4)
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
-    # one clustering (spread 1.5 leaves the search something to change): its list orders are emitted first
-    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,))
+    # one clustering and tiling (spread 1.5 leaves the search something to change): its list orders are emitted first
+    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,))
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     real = lower_mod._emit
@@ -815,3 +815,56 @@ def test_each_spread_is_clustered_and_timed_and_a_spread_that_never_held_a_core_
     assert rep[(0.25, 64.0, 128.0)]["spread"] == min(tried, key=lambda shv: shv[2])[0]
     with pytest.raises(SettingsError, match="spread"):
         lower(g, t, replace(lower_mod.DEFAULT, spread=(0.0,)))
+
+
+def _wide_chain(ch: int, rows: int, cols: int, n: int, seed: int = 0) -> Graph:
+    """``n`` 3 x 3 Conv + Relu layers of ``ch`` channels on a ``rows`` x ``cols`` map (few
+    rows, light weights: the convolutions are cut into row bands), seeded weights."""
+    rng = np.random.default_rng(seed)
+    g = Graph("wide_chain")
+    cur = g.add_input("x", (1, ch, rows, cols), "float32")
+    for i in range(n):
+        w = g.add_constant(f"w{i}", (rng.standard_normal((ch, ch, 3, 3)) / 8).astype(np.float32))
+        conv = g.make_node("Conv", [cur, w], {"pads": [1, 1, 1, 1]}, name=f"conv{i}")
+        relu = g.make_node("Relu", [conv.outputs[0]], name=f"relu{i}")
+        for v in (conv.outputs[0], relu.outputs[0]):
+            v.shape, v.dtype = (1, ch, rows, cols), np.dtype("float32")
+        cur = relu.outputs[0]
+    g.outputs = [cur]
+    return g
+
+
+def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
+    """``min_rows`` (2, 1): the graph is tiled with bands of at least two rows, then again
+    with bands of one, clustered with the first tiling's fastest spread and headroom, and
+    the faster list executable is kept. On three 3 x 3 convolutions of 16 channels over 6 x
+    128 the bands of one row (6 per layer instead of 3) win here; each tried latency is
+    that tiling's alone, and every executable computes the executor's outputs."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.tile import tile
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _wide_chain(16, 6, 128, 3)
+    t = load_target("npu")
+    for m, bands in ((2, 3), (1, 6)):
+        tiled = tile(g, t, t.core_memory_threshold, 8.0, m)
+        assert len([n for n in tiled.nodes if n.op_type == "Conv" and n.name.startswith("conv1")]) == bands
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    rep = {}
+    for min_rows in ((2,), (1,), (2, 1)):
+        alone = {"trial_tasks": 0} if len(min_rows) == 1 else {}
+        exe = lower(g, t, replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=min_rows, **alone))
+        check_executable(exe, t)
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        rep[min_rows] = exe.meta["order"]
+    tried = rep[(2, 1)]["min_rows_tried"]
+    assert [m for m, _ in tried] == [2, 1]
+    assert tried[0][1] == pytest.approx(rep[(2,)]["list_latency_s"], rel=1e-12)
+    assert tried[1][1] == pytest.approx(rep[(1,)]["list_latency_s"], rel=1e-12)
+    assert tried[1][1] < tried[0][1] and rep[(2, 1)]["min_rows"] == 1
+    for bad in ((), (0,), (2, -1)):
+        with pytest.raises(SettingsError, match="min_rows"):
+            lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))

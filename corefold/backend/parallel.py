@@ -100,9 +100,10 @@ MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 ROW_OPS = frozenset({"Conv", "MaxPool", "AveragePool"})
 
 
-def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE) -> int:
+def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE,
+                        min_rows: int = MIN_ROWS) -> int:
     """Cut the operators of ``graph`` (in place, topologically sorted) as the module
-    docstring says; return how many were cut.
+    docstring says, row bands of at least ``min_rows`` rows; return how many were cut.
 
     ``graph`` is the tile step's private copy: every operator already fits a core, and
     pieces, being smaller, fit too.
@@ -136,7 +137,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         if follow is None and k < 2:
             continue
         how = _choose(node, follow)
-        if how == "rows" and follow is not None and _rows_too_few(node, k):
+        if how == "rows" and follow is not None and _rows_too_few(node, k, min_rows):
             follow, how = None, "channels"
         own = k
         if follow is not None:
@@ -146,7 +147,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         want = k
         k = min(k, max(1, target.noc_streams_per_core // _siblings(node)))
         if how == "rows":
-            k = min(k, node.outputs[0].shape[2] // MIN_ROWS)
+            k = min(k, node.outputs[0].shape[2] // min_rows)
             if k < 2:
                 continue
             join = cut_rows(graph, node, k)
@@ -266,7 +267,7 @@ def _reads_own_part(node: Node, follow: tuple[int, int]) -> bool:
                and a.inputs[0] is not None for a in axes)
 
 
-def _rows_too_few(node: Node, k: int) -> bool:
+def _rows_too_few(node: Node, k: int, min_rows: int = MIN_ROWS) -> bool:
     """Whether a pointwise (1 x 1) convolution that would follow a row cut takes its own
     channel cut instead: its time asks for more pieces than its output has bands of
     :data:`MIN_ROWS` rows (a 7 x 7 layer gives 3), and its weights outweigh its input
@@ -276,7 +277,7 @@ def _rows_too_few(node: Node, k: int) -> bool:
     letting the depthwise convolutions follow the channels: 232 -> 203 us; the int8
     MobileNetV3 51 -> 41 us.) O(1)."""
     return (node.op_type == "Conv" and _kernel_size(node, 0) == 1 and _kernel_size(node, 1) == 1
-            and node.outputs[0].shape[2] // MIN_ROWS < k and _choose(node, None) == "channels")
+            and node.outputs[0].shape[2] // min_rows < k and _choose(node, None) == "channels")
 
 
 def _choose(node: Node, follow: tuple[int, int] | None) -> str:

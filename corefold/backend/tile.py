@@ -415,12 +415,14 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
 WEIGHT_PIECE = 0.25
 
 
-def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0) -> Graph:
+def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0,
+         min_rows: int = 2) -> Graph:
     """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
     whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
     (so that resident weights pack into the cores around the activations), with
     ``pieces_per_core`` > 0 every long operator cut so that the mesh has work
-    (:mod:`corefold.backend.parallel`), then every operator cut until it touches at most
+    (:mod:`corefold.backend.parallel`, row bands of at least ``min_rows`` rows), then every
+    operator cut until it touches at most
     ``threshold`` bytes (default ``target.core_memory_threshold``; the split pass).
 
     Raises:
@@ -438,7 +440,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     if pieces_per_core > 0:
         from corefold.backend.parallel import cut_for_parallelism
 
-        cut_for_parallelism(g, target, pieces_per_core)
+        cut_for_parallelism(g, target, pieces_per_core, min_rows)
     try:
         split_graph(g, target, threshold)
     except CapacityError as exc:
