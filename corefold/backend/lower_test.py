@@ -224,17 +224,19 @@ def test_fragmented_sram_spills_more_instead_of_failing(tmp_path):
     assert max_relative_error(run(sub, feeds), run_executable(exe, feeds)) <= 1e-5
 
 
-def _conv_chain(ch: int, hw: int, n: int, seed: int = 0) -> Graph:
-    """``n`` 3 x 3 Conv + Relu layers of ``ch`` channels on ``hw`` x ``hw``, seeded weights."""
+def _conv_chain(ch: int, hw: int, n: int, seed: int = 0, cols: int | None = None, in_ch: int = 3) -> Graph:
+    """``n`` 3 x 3 Conv + Relu layers of ``ch`` channels on ``hw`` rows x ``cols`` (``hw``
+    when None) columns, from ``in_ch`` input channels, seeded weights."""
     rng = np.random.default_rng(seed)
     g = Graph("conv_chain")
-    cur = g.add_input("x", (1, 3, hw, hw), "float32")
+    cols = hw if cols is None else cols
+    cur = g.add_input("x", (1, in_ch, hw, cols), "float32")
     for i in range(n):
-        w = g.add_constant(f"w{i}", (rng.standard_normal((ch, ch if i else 3, 3, 3)) / 8).astype(np.float32))
+        w = g.add_constant(f"w{i}", (rng.standard_normal((ch, ch if i else in_ch, 3, 3)) / 8).astype(np.float32))
         conv = g.make_node("Conv", [cur, w], {"pads": [1, 1, 1, 1]}, name=f"conv{i}")
         relu = g.make_node("Relu", [conv.outputs[0]], name=f"relu{i}")
         for v in (conv.outputs[0], relu.outputs[0]):
-            v.shape, v.dtype = (1, ch, hw, hw), np.dtype("float32")
+            v.shape, v.dtype = (1, ch, hw, cols), np.dtype("float32")
         cur = relu.outputs[0]
     g.outputs = [cur]
     return g
@@ -817,23 +819,6 @@ def test_each_spread_is_clustered_and_timed_and_a_spread_that_never_held_a_core_
         lower(g, t, replace(lower_mod.DEFAULT, spread=(0.0,)))
 
 
-def _wide_chain(ch: int, rows: int, cols: int, n: int, seed: int = 0) -> Graph:
-    """``n`` 3 x 3 Conv + Relu layers of ``ch`` channels on a ``rows`` x ``cols`` map (few
-    rows, light weights: the convolutions are cut into row bands), seeded weights."""
-    rng = np.random.default_rng(seed)
-    g = Graph("wide_chain")
-    cur = g.add_input("x", (1, ch, rows, cols), "float32")
-    for i in range(n):
-        w = g.add_constant(f"w{i}", (rng.standard_normal((ch, ch, 3, 3)) / 8).astype(np.float32))
-        conv = g.make_node("Conv", [cur, w], {"pads": [1, 1, 1, 1]}, name=f"conv{i}")
-        relu = g.make_node("Relu", [conv.outputs[0]], name=f"relu{i}")
-        for v in (conv.outputs[0], relu.outputs[0]):
-            v.shape, v.dtype = (1, ch, rows, cols), np.dtype("float32")
-        cur = relu.outputs[0]
-    g.outputs = [cur]
-    return g
-
-
 def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
     """``min_rows`` (2, 1): the graph is tiled with bands of at least two rows, then again
     with bands of one, clustered with the first tiling's fastest spread and headroom, and
@@ -846,7 +831,7 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
     from corefold.backend.tile import tile
 
     lower_mod = importlib.import_module("corefold.backend.lower")
-    g = _wide_chain(16, 6, 128, 3)
+    g = _conv_chain(16, 6, 3, cols=128, in_ch=16)  # few rows, light weights: row bands
     t = load_target("npu")
     for m, bands in ((2, 3), (1, 6)):
         tiled = tile(g, t, t.core_memory_threshold, 8.0, m)
