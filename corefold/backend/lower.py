@@ -66,8 +66,8 @@ class LowerSettings:
             every headroom, each one's list executable timed and the fastest kept; a
             clustering that would repeat one already made is skipped (:func:`_repeats`).
             Without the order search (nothing is timed), the first pair only.
-        trial_tasks: the trials of the other ``spread`` and ``headroom`` values and of sharing in place
-            (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
+        trial_tasks: the trials of the other ``spread``, ``headroom`` and ``min_rows`` values and of
+            sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
             most this many tasks: each costs steps 3-6 and a timed run (4 to 5 s on the
             2086 tasks of the int8 ResNet-50 on ``npu-array``, which they took from 15 to
             about 27 s of lowering, past the 20 s goal, for nothing: both lost there).
