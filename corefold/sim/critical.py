@@ -70,7 +70,7 @@ class CriticalPath:
             if service + wait < 0.05 * unit:
                 continue
             part = f"{k} {service / unit:.1f}"
-            if wait > 0.005 * unit:
+            if wait >= 0.05 * unit:  # shown with one decimal
                 part += f" (+{wait / unit:.1f} waiting)"
             parts.append(part)
         if not parts:
