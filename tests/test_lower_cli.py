@@ -146,7 +146,7 @@ def test_bad_output_paths_are_refused_before_any_work(tmp_path, capsys, case):
     assert {p.name: p.read_bytes() if p.is_file() else None for p in tmp_path.iterdir()} == before
 
 
-@pytest.mark.parametrize("setting", ["spread=0", "spread=2.5,-1", "headroom=-0.5"])
+@pytest.mark.parametrize("setting", ["spread=0", "spread=2.5,-1", "headroom=-0.5", "min_rows=0", "min_rows=2,1.5"])
 def test_a_bad_clustering_setting_ends_in_one_line_before_anything_is_written(tmp_path, capsys, setting):
     out = tmp_path / "m.cfx"
     code = main(["lower", MODEL, "--preset", "fast", "-o", str(out), "--set", setting])

@@ -327,8 +327,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         trials.append(((spread, headroom), _trial(lg, other, target, settings, timed, times)))
     tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in trials]
     (spread, headroom), trial = min(trials, key=lambda ht: ht[1].latency)  # the first on a tie
-    lg, min_rows, rows_tried = _other_tilings(graph, target, settings, lg, trial, spread, headroom, trials_on, times)
-    trial = rows_tried.pop("trial")
+    lg, trial, min_rows, rows_tried = _other_tilings(graph, target, settings, lg, trial, spread, headroom,
+                                                     trials_on, times)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, runs = trial.built, trial.errors, trial.runs
     t = time.perf_counter()
@@ -368,8 +368,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
     order_report["spread"], order_report["headroom"] = spread, headroom
     order_report["min_rows"] = min_rows
-    if len(rows_tried["tried"]) > 1:
-        order_report["min_rows_tried"] = rows_tried["tried"]  # [min_rows, list latency or error]
+    if len(rows_tried) > 1:
+        order_report["min_rows_tried"] = rows_tried  # [min_rows, list latency or error]
     if len(tried) > 1:
         order_report["clusterings_tried"] = sorted(tried, key=lambda shv: shv[:2])  # [spread, headroom, list latency or error]
     exe = built[kept][1]
@@ -386,10 +386,10 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
 
 def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: "_Trial",
                    spread: float, headroom: float, trials_on: bool, times: dict):
-    """``(lowered graph, min_rows, {"trial": its trial, "tried": [[min_rows, latency or
-    error], ...]})``: the first tiling's, or that of a further ``settings.min_rows``
-    value whose list executable (clustered with ``spread`` and ``headroom``) the timed
-    simulation runs faster. O(values) tilings and trials."""
+    """``(lowered graph, its trial, min_rows, [[min_rows, list latency or error], ...])``:
+    the first tiling's, or that of a further ``settings.min_rows`` value whose list
+    executable (clustered with ``spread`` and ``headroom``) the timed simulation runs
+    faster. O(values) tilings and trials."""
     tried: list[list] = [[settings.min_rows[0], float(trial.latency) if trial.built else str(trial.errors["list"])]]
     kept = settings.min_rows[0]
     for m in settings.min_rows[1:] if trials_on else ():
@@ -406,7 +406,7 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
         tried.append([m, float(other.latency) if other.built else str(other.errors["list"])])
         if other.latency < trial.latency:
             lg, trial, kept = other_lg, other, m
-    return lg, kept, {"trial": trial, "tried": tried}
+    return lg, trial, kept, tried
 
 
 def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from corefold.backend.executable import QuantOp, QuantTensor
+from corefold.backend.parallel import MIN_ROWS
 from corefold.errors import CapacityError, CompileError, InternalError, UnsupportedOpError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
@@ -416,7 +417,7 @@ WEIGHT_PIECE = 0.25
 
 
 def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0,
-         min_rows: int = 2) -> Graph:
+         min_rows: int = MIN_ROWS) -> Graph:
     """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
     whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
     (so that resident weights pack into the cores around the activations), with
