@@ -201,11 +201,11 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
 
 
 def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
-    """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``
-    and each clustering (every ``spread`` with every ``headroom``) without the order
-    search, timed on the whole chip; the fastest is lowered again with the search. A
-    clustering that would repeat one already made for the pair is not tried
-    (:func:`_repeats`). O(pairs x spreads x headrooms) lowerings. Deterministic: the timed
+    """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``,
+    each ``min_rows`` and each clustering (every ``spread`` with every ``headroom``) without
+    the order search, timed on the whole chip; the fastest is lowered again with the search.
+    A clustering that would repeat one already made for the pair and tiling is not tried
+    (:func:`_repeats`). O(pairs x min_rows x spreads x headrooms) lowerings. Deterministic: the timed
     simulation is."""
     from corefold.sim.timed import time_executable
 
@@ -217,28 +217,31 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
         if not (pieces >= 0 and effort >= 1):
             raise SettingsError(f"tune_pieces / tune_efforts: pieces_per_core {pieces} must be >= 0 and "
                                 f"placement_effort {effort} >= 1")
-        made: list[tuple[float, float, float, bool]] = []
-        for spread, headroom in _grid(settings):
-            if _repeats(spread, headroom, made):
-                continue
-            trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
-                            spread=(spread,), headroom=(headroom,))
-            entry = {"pieces_per_core": pieces, "placement_effort": effort, "spread": spread, "headroom": headroom}
-            try:
-                exe = lower(graph, target, trial)
-            except CompileError as exc:
-                tried.append({**entry, "error": str(exc)})
-                continue
-            room = exe.meta["clustering_headroom"]  # None: no group holds weights
-            made.append((spread, headroom, math.inf if room is None else room, exe.meta["clustering_spread_limited"]))
-            tried.append({**entry, "latency_s": _latency(time_executable(exe, target))})
+        for rows in settings.min_rows:
+            made: list[tuple[float, float, float, bool]] = []
+            for spread, headroom in _grid(settings):
+                if _repeats(spread, headroom, made):
+                    continue
+                trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
+                                spread=(spread,), headroom=(headroom,), min_rows=(rows,))
+                entry = {"pieces_per_core": pieces, "placement_effort": effort, "min_rows": rows, "spread": spread,
+                         "headroom": headroom}
+                try:
+                    exe = lower(graph, target, trial)
+                except CompileError as exc:
+                    tried.append({**entry, "error": str(exc)})
+                    continue
+                room = exe.meta["clustering_headroom"]  # None: no group holds weights
+                made.append((spread, headroom, math.inf if room is None else room,
+                             exe.meta["clustering_spread_limited"]))
+                tried.append({**entry, "latency_s": _latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
         return lower(graph, target, untuned)
     best = min(timed, key=lambda t: t["latency_s"])
     exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"],
                                        placement_effort=best["placement_effort"], spread=(best["spread"],),
-                                       headroom=(best["headroom"],)))
+                                       headroom=(best["headroom"],), min_rows=(best["min_rows"],)))
     exe.meta["tuning"] = tried
     return exe
 

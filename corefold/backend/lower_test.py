@@ -490,9 +490,9 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
 
 
 def test_tuning_times_every_pair_and_keeps_the_fastest():
-    """``tune_pieces`` x ``tune_efforts``: each pair lowered without the search and timed
-    (the recorded latencies are those of the same lowering done alone); the executable is the
-    fastest pair's, lowered again with the search, so it is no slower than that pair."""
+    """``tune_pieces`` x ``tune_efforts`` x ``min_rows``: each lowered without the search and
+    timed (the recorded latencies are those of the same lowering done alone); the executable
+    is the fastest one's, lowered again with the search, so it is no slower than that one."""
     from dataclasses import replace
 
     from corefold.backend.lower import DEFAULT
@@ -510,16 +510,18 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
     assert list(dict.fromkeys(pairs)) == [(0.0, 1), (0.0, 2), (8.0, 1), (8.0, 2)]
     assert all((x["spread"], x["headroom"]) in [(s, h) for s in DEFAULT.spread for h in DEFAULT.headroom]
                for x in tried)
+    assert {(x["pieces_per_core"], x["placement_effort"], x["min_rows"]) for x in tried} == {
+        (p, e, m) for p in (0.0, 8.0) for e in (1, 2) for m in DEFAULT.min_rows}
     for x in tried:
         alone = lower(g, t, replace(DEFAULT, pieces_per_core=x["pieces_per_core"], headroom=(x["headroom"],),
                                     spread=(x["spread"],), placement_effort=x["placement_effort"],
-                                    order_budget_seconds=0.0))
+                                    min_rows=(x["min_rows"],), order_budget_seconds=0.0))
         assert latency(alone) == pytest.approx(x["latency_s"], rel=1e-12)
     best = min(tried, key=lambda x: x["latency_s"])
     assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
     again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"],
                                 placement_effort=best["placement_effort"], headroom=(best["headroom"],),
-                                spread=(best["spread"],)))
+                                spread=(best["spread"],), min_rows=(best["min_rows"],)))
     assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5

@@ -15,11 +15,13 @@ layer after layer, so its latency is about the sum of each layer's longest piece
 ``tau`` alone makes the pieces of a network of many layers about ``tau`` long (int8
 EfficientNet-B0: tau is 3 us, and its critical path ran 2 to 3 us per layer). With more
 weights, more pieces cost SRAM (a row cut copies its weights to each piece's core): the
-float Inception v1 ran 542 us as before and 1490 with the floor. Where SRAM has room and
-a convolution's rows (bands of :data:`MIN_ROWS`) are fewer than half the pieces its time
-asks for, each band is cut again on output channels (:func:`_band_pieces`; int8 Inception
-v1 227 -> 207 us, whose 3 x 3 convolutions of 64 -> 192 channels on 56 x 56 ran as 27
-bands of 12 us).
+float Inception v1 ran 542 us as before and 1490 with the floor. Where a convolution's
+rows (bands of :data:`MIN_ROWS`) are fewer than half the pieces its time asks for, each
+band is cut again on output channels (:func:`_band_pieces`; int8 Inception v1 227 -> 207
+us, whose 3 x 3 convolutions of 64 -> 192 channels on 56 x 56 ran as 27 bands of 12 us):
+a band's channel pieces share its weights out, copying none, so this needs only the room
+:data:`ROOMY_WEIGHTLESS` asks of operators without weights (int8 ResNet-18, whose weights
+take 17% of the 8 x 8 chip's SRAM: its 28 x 28 layers' 14 bands of 8 us, 131.3 -> 122.0).
 
 The cut is made for ``P`` usable cores, along one of two kinds of axis:
 
@@ -89,8 +91,8 @@ ROOMY_WEIGHTS = 0.15
 ROOMY_WEIGHTLESS = 0.25
 WEIGHTLESS_BYTES = 1024
 
-#: With SRAM to spare, at most this many channel pieces per row band of a matrix operator
-#: whose rows are too few for its time (:func:`_band_pieces`).
+#: With SRAM to spare (:data:`ROOMY_WEIGHTLESS`), at most this many channel pieces per row
+#: band of a matrix operator whose rows are too few for its time (:func:`_band_pieces`).
 BAND_PIECES = 4
 
 #: Operators whose pieces read their whole input when cut on output channels.
@@ -151,7 +153,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
             if k < 2:
                 continue
             join = cut_rows(graph, node, k)
-            if roomy and node.op_type in MATRIX_OPS and _siblings(node) == 1 and want >= 2 * k:
+            if roomy_weightless and node.op_type in MATRIX_OPS and _siblings(node) == 1 and want >= 2 * k:
                 _cut_bands(graph, join, _band_pieces(node, want, k, seconds[node], target))
         else:
             ax = _channel_axis(node, follow)
