@@ -155,6 +155,12 @@ def test_sim_build_checks_against_onnx_runtime(work):
     assert len(rep["executables"]) == n
     assert rep["latency_s"] == pytest.approx(sum(e["latency_s"] for e in rep["executables"]))
     assert rep["host_bytes"] == sum(e["host_bytes"] for e in rep["executables"]) > 0
+    # each executable's critical path: printed, and its steps add up to that executable's latency
+    assert proc.stdout.count("    critical path ") == n
+    for e in rep["executables"]:
+        cp = e["critical_path"]
+        assert cp["steps"] > 0
+        assert sum(cp["service_s"].values()) + sum(cp["wait_s"].values()) == pytest.approx(e["latency_s"], rel=1e-9)
     trace = json.loads((d / "t.json").read_text())["traceEvents"]
     names = {e["args"]["name"].split(":")[0] for e in trace if e.get("name") == "process_name"}
     assert names == {f"part{i}" for i in range(n)}

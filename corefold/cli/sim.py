@@ -8,8 +8,9 @@ link; the report has a single executable's keys, summed over the chain, plus
 laid end to end.
 
 Prints latency against the roofline bound, weight loading, SRAM peak, NoC, DRAM and host
-traffic, unit utilisation and, for one executable, where its critical path spends the
-latency (:mod:`corefold.sim.critical`; the report's ``critical_path``); writes the outputs (``-o``), the report (``--report``), a
+traffic, unit utilisation and where the critical path of each executable spends its
+latency (:mod:`corefold.sim.critical`; the report's ``critical_path``, per executable of a
+build folder); writes the outputs (``-o``), the report (``--report``), a
 Chrome trace for Perfetto (``--trace``) and the link heatmap (``--heatmap``). Every output
 path is checked before the simulation starts and written atomically.
 
@@ -123,6 +124,7 @@ def _run_build(args: argparse.Namespace, target) -> int:
     from corefold.cli.run import load_npz
     from corefold.compile import load_build
     from corefold.sim import simulate_chain
+    from corefold.sim.critical import critical_path
 
     exes, doc, target = load_build(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
@@ -130,9 +132,11 @@ def _run_build(args: argparse.Namespace, target) -> int:
     outputs = {name: chain.tensors[name] for name in doc.get("outputs", []) if name in chain.tensors}
     r = chain.report
     print(f"simulated {args.executable}: {len(exes)} executable(s), {r.instructions} instructions")
-    for i, run in enumerate(chain.runs):
+    paths = [critical_path(run.timed) for run in chain.runs]
+    for i, (run, path) in enumerate(zip(chain.runs, paths, strict=True)):
         print(f"  {doc['executables'][i]['name']}: {run.report.latency_s * 1e6:10.2f} us, "
               f"DRAM {run.report.dram_bytes:,} bytes, host {run.report.host_bytes:,} bytes")
+        print(f"    critical path {path.summary()}")
     ratio = r.latency_s / r.roofline_s if r.roofline_s > 0 else float("inf")
     print(f"latency      {r.latency_s * 1e6:10.2f} us   roofline {r.roofline_s * 1e6:.2f} us, "
           f"latency / roofline {ratio:.2f}")
@@ -145,8 +149,11 @@ def _run_build(args: argparse.Namespace, target) -> int:
                 np.savez(f, **outputs)
         print(f"wrote {args.output}")
     if args.report:
+        report = chain.report_json()
+        for entry, path in zip(report["executables"], paths, strict=True):
+            entry["critical_path"] = path.to_json()
         with atomic_output(args.report, suffix=".json") as tmp:
-            tmp.write_text(json.dumps(chain.report_json(), indent=1, default=float))
+            tmp.write_text(json.dumps(report, indent=1, default=float))
         print(f"wrote {args.report}")
     if args.trace:
         with atomic_output(args.trace, suffix=".json") as tmp:
