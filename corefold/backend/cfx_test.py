@@ -90,3 +90,20 @@ def _an_op():
     from corefold.backend.executable import Op
 
     return Op("mm", "MatMul", {}, ((1, 4), (4, 8)), ("float32", "float32"), ((1, 8),), ("float32",), "matrix", 32.0)
+
+
+def test_an_instruction_size_is_the_length_of_its_encoding():
+    """``instruction_size`` (what the instruction-memory check adds up) equals the encoded
+    record's length for every opcode, with and without deps, optional inputs and routes."""
+    from corefold.backend.cfx import instruction_size
+    from corefold.backend.executable import Compute, Copy, DmaLoad, DmaStore, Recv, Send, Signal, Wait
+
+    a, b = View(0, (2, 8), (0, 0), (1, 8)), View(1, (1, 4, 8, 8), (0, 0, 2, 0), (1, 4, 3, 8))
+    route = xy_route((0, 0), (2, 3))
+    assert len(route) == 5
+    cases = [Compute(0, "matrix0", (a, None, b), (b,), (0, 2)), Compute(3, "vector1", (), (a,)),
+             DmaLoad("dma0", a, b, route, (1,)), DmaLoad("dma0", a, b, ()), DmaStore("dma0", b, a, route),
+             DmaCopy("dma0", a, a, route, (0, 1, 2)), Copy("dma0", a, b), Send(7, a, (2, 3), b, route, (4,)),
+             Recv(7, (0, 0), b), Signal(9, (1, 1), route[:2]), Wait(9, (0, 0), (3,))]
+    for ins in cases:
+        assert instruction_size(ins) == len(encode_instruction(ins)), ins

@@ -98,6 +98,6 @@ def search_core_order(lg: LoweredGraph, tasks: list[int], preds: list[list[int]]
 
     settings = OrderSettings(budget_seconds=budget_seconds, exhaustive_limit=200, samples=16, beam_width=16)
     res = order_graph(g, target, settings, cost_fn=cost_fn, transfer_fn=transfer_fn,
-                      release_fn=lambda node: release.get(node.meta["task"], 0.0))
+                      release_fn=lambda node: release.get(node.meta["task"], 0.0), bound=False)
     order = [n.meta["task"] for n in res.order]
     return order, res.makespan_after < res.makespan_before

@@ -213,11 +213,14 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
 
 
 def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT, *, seed: int = 0,
-                cost_fn=None, transfer_fn=None, release_fn=None, progress=None) -> OrderResult:
+                cost_fn=None, transfer_fn=None, release_fn=None, progress=None, bound: bool = True) -> OrderResult:
     """Reorder ``graph``'s nodes (in place) to minimise the simulated makespan on ``target``.
 
     Only the file order changes: nodes, values and edges stay as they are. ``seed``
     seeds every random choice; ``progress`` (a tqdm bar) advances once per segment.
+    ``bound=False`` skips the lower bound (an LP and a branch and bound per key-node
+    window), for callers that only want the order: the result's bound is then the trivial
+    0 (term ``skipped``).
 
     Raises:
         ValueError: a value has no static shape (run shape inference / bind shapes first).
@@ -243,8 +246,8 @@ def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT,
     sched = schedule(problem, best)
     order = [problem.nodes[i] for i in best]
     graph.reorder(order)
-    bound = lower_bound(problem, graph, window_nodes=settings.bound_nodes)
-    return OrderResult(graph, order != before_nodes, order, before, best_ms, bound, base_ms,
+    low = lower_bound(problem, graph, window_nodes=settings.bound_nodes) if bound else LowerBound(0.0, {"skipped": 0.0})
+    return OrderResult(graph, order != before_nodes, order, before, best_ms, low, base_ms,
                        seconds, nseg, nenum, sched, problem, settings, reached)
 
 

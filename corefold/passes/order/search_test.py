@@ -162,6 +162,20 @@ def test_search_is_deterministic_for_a_seed():
     assert ra.makespan_after == rb.makespan_after
 
 
+def test_the_order_is_the_same_without_the_bound():
+    """``bound=False`` (the chip's per-core search) finds the same order and makespan; the
+    bound it reports is the trivial 0, so the report's ratio stays defined."""
+    a = random_network(30, seed=5, channels=16, size=8)
+    b = random_network(30, seed=5, channels=16, size=8)
+    quick = replace(FAST, budget_seconds=0.1)
+    ra, rb = order_graph(a, TARGET, quick), order_graph(b, TARGET, quick, bound=False)
+    assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
+    assert ra.makespan_after == rb.makespan_after
+    assert 0 < ra.bound.value <= ra.makespan_after
+    assert (rb.bound.value, rb.bound.terms) == (0.0, {"skipped": 0.0})
+    assert rb.report()["ratio_to_bound"] == 1.0
+
+
 TOML = """
 [target]
 name = "unit"
