@@ -96,7 +96,16 @@ def test_an_instruction_size_is_the_length_of_its_encoding():
     """``instruction_size`` (what the instruction-memory check adds up) equals the encoded
     record's length for every opcode, with and without deps, optional inputs and routes."""
     from corefold.backend.cfx import instruction_size
-    from corefold.backend.executable import Compute, Copy, DmaLoad, DmaStore, Recv, Send, Signal, Wait
+    from corefold.backend.executable import (
+        Compute,
+        Copy,
+        DmaLoad,
+        DmaStore,
+        Recv,
+        Send,
+        Signal,
+        Wait,
+    )
 
     a, b = View(0, (2, 8), (0, 0), (1, 8)), View(1, (1, 4, 8, 8), (0, 0, 2, 0), (1, 4, 3, 8))
     route = xy_route((0, 0), (2, 3))
