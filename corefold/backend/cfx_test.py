@@ -5,8 +5,26 @@ import struct
 
 import pytest
 
-from corefold.backend.cfx import CfxError, encode_instruction, from_bytes, to_bytes
-from corefold.backend.executable import DmaCopy, View, xy_route
+from corefold.backend.cfx import (
+    CfxError,
+    encode_instruction,
+    from_bytes,
+    instruction_size,
+    to_bytes,
+)
+from corefold.backend.executable import (
+    Compute,
+    Copy,
+    DmaCopy,
+    DmaLoad,
+    DmaStore,
+    Recv,
+    Send,
+    Signal,
+    View,
+    Wait,
+    xy_route,
+)
 from corefold.sim.testing import ExeBuilder, small_target, striped_copy_exe
 
 
@@ -95,17 +113,6 @@ def _an_op():
 def test_an_instruction_size_is_the_length_of_its_encoding():
     """``instruction_size`` (what the instruction-memory check adds up) equals the encoded
     record's length for every opcode, with and without deps, optional inputs and routes."""
-    from corefold.backend.cfx import instruction_size
-    from corefold.backend.executable import (
-        Compute,
-        Copy,
-        DmaLoad,
-        DmaStore,
-        Recv,
-        Send,
-        Signal,
-        Wait,
-    )
 
     a, b = View(0, (2, 8), (0, 0), (1, 8)), View(1, (1, 4, 8, 8), (0, 0, 2, 0), (1, 4, 3, 8))
     route = xy_route((0, 0), (2, 3))
