@@ -360,6 +360,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         # executable does not fit the cores is dropped (the lowering fails only when both do).
         _build(built, errors, runs, "search", lg, cl, core_of, position, target, settings, timed=True,
                shared=shared)
+    if timed:
         names = {"search": "searched", "list": "list"}
         order_report.update({f"{names[k]}_latency_s": v[0] for k, v in built.items()})
         order_report.update({f"{names[k]}_error": str(e) for k, e in errors.items()})

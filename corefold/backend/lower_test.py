@@ -562,6 +562,36 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
 
 
+def test_a_core_takes_the_searched_order_only_when_the_search_finds_it_faster(monkeypatch):
+    """``order_tasks``: a core whose searched order the M3 simulator finds no faster keeps
+    the list-scheduling order (another order moves every core's positions and SRAM plan for
+    nothing); told the same orders are faster, the cores take them."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend import core_order
+    from corefold.backend.order import order_tasks
+    from corefold.backend.place import place_on_mesh
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _conv_chain(16, 16, 4)
+    t = load_target("npu-2x2")
+    lg, cl = lower_mod._prepare(g, t, replace(lower_mod.DEFAULT, spread=(1.5,)))
+    cores = place_on_mesh(cl, t, 0, 1)
+    core_of = [cores[k] for k in cl.group]
+    base, _ = order_tasks(lg, cl, core_of, t, 0.0)
+    search = core_order.search_core_order
+    for improved in (False, True):
+        def told(*args, improved=improved, **kwargs):
+            return search(*args, **kwargs)[0], improved
+        monkeypatch.setattr(core_order, "search_core_order", told)
+        position, report = order_tasks(lg, cl, core_of, t, 0.5)
+        if improved:
+            assert position != base and report["improved_cores"] > 0
+        else:
+            assert position == base and report["improved_cores"] == 0
+
+
 def test_the_searchs_release_times_are_the_timed_ends_of_the_list_executable():
     """``_arrivals``: every task with a compute instruction gets that instruction's finish in
     the timed run (from the run's start); the others keep the clustering's estimate."""

@@ -60,8 +60,9 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
                 budget_seconds: float, arrival: np.ndarray | None = None) -> tuple[list[int], dict]:
     """The position of every task in the global order, and a report.
 
-    Each core's order is the M3 search's when ``budget_seconds > 0`` (module docstring),
-    else the list-scheduling order.
+    Each core's order is the M3 search's when ``budget_seconds > 0`` (module docstring) and
+    the search finds it faster than the list-scheduling order on the core, else the
+    list-scheduling order.
     """
     n = len(lg.tasks)
     preds = _predecessors(lg)
@@ -81,7 +82,11 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
             found, improved = search_core_order(lg, tasks, preds, core_of, core, target, share,
                                                 cl.end if arrival is None else arrival)
             report["searched_cores"] += 1
-            if found == tasks:
+            if found == tasks or not improved:
+                # NOTE: an order the search finds no faster is not taken: it is no better on
+                # the core, and another order on one core moves the positions, so the SRAM
+                # plan and every core's program (taking every different order: int8 SqueezeNet
+                # searched 78.7 us against the list's 62.1; taking the faster ones only, 70.7)
                 continue  # the list order: nothing to check
             trial = dict(by_core)
             trial[core] = found
@@ -89,7 +94,7 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
                 report["kept_cores"] += 1
                 continue
             by_core[core] = found
-            report["improved_cores"] += int(improved)
+            report["improved_cores"] += 1
         chains = list(by_core.values())
     order = _global_order(n, preds, chains, cl.start)
     if order is None:  # pragma: no cover - the list-scheduling chains follow the start times
