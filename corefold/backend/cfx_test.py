@@ -5,6 +5,7 @@ import struct
 
 import pytest
 
+from corefold.backend import executable as ex
 from corefold.backend.cfx import (
     CfxError,
     encode_instruction,
@@ -12,19 +13,7 @@ from corefold.backend.cfx import (
     instruction_size,
     to_bytes,
 )
-from corefold.backend.executable import (
-    Compute,
-    Copy,
-    DmaCopy,
-    DmaLoad,
-    DmaStore,
-    Recv,
-    Send,
-    Signal,
-    View,
-    Wait,
-    xy_route,
-)
+from corefold.backend.executable import DmaCopy, View, xy_route
 from corefold.sim.testing import ExeBuilder, small_target, striped_copy_exe
 
 
@@ -117,9 +106,9 @@ def test_an_instruction_size_is_the_length_of_its_encoding():
     a, b = View(0, (2, 8), (0, 0), (1, 8)), View(1, (1, 4, 8, 8), (0, 0, 2, 0), (1, 4, 3, 8))
     route = xy_route((0, 0), (2, 3))
     assert len(route) == 5
-    cases = [Compute(0, "matrix0", (a, None, b), (b,), (0, 2)), Compute(3, "vector1", (), (a,)),
-             DmaLoad("dma0", a, b, route, (1,)), DmaLoad("dma0", a, b, ()), DmaStore("dma0", b, a, route),
-             DmaCopy("dma0", a, a, route, (0, 1, 2)), Copy("dma0", a, b), Send(7, a, (2, 3), b, route, (4,)),
-             Recv(7, (0, 0), b), Signal(9, (1, 1), route[:2]), Wait(9, (0, 0), (3,))]
+    cases = [ex.Compute(0, "matrix0", (a, None, b), (b,), (0, 2)), ex.Compute(3, "vector1", (), (a,)),
+             ex.DmaLoad("dma0", a, b, route, (1,)), ex.DmaLoad("dma0", a, b, ()), ex.DmaStore("dma0", b, a, route),
+             DmaCopy("dma0", a, a, route, (0, 1, 2)), ex.Copy("dma0", a, b), ex.Send(7, a, (2, 3), b, route, (4,)),
+             ex.Recv(7, (0, 0), b), ex.Signal(9, (1, 1), route[:2]), ex.Wait(9, (0, 0), (3,))]
     for ins in cases:
         assert instruction_size(ins) == len(encode_instruction(ins)), ins
