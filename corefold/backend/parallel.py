@@ -158,8 +158,8 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         # matrix operator) must receive from all of them: its NoC buffers bound the pieces
         want = k
         k = min(k, max(1, target.noc_streams_per_core // _siblings(node)))
-        if multiple:
-            k = follow[1] * max(1, k // follow[1])
+        if multiple and k >= follow[1]:  # below it, the streams cap it as they did the follow
+            k -= k % follow[1]
         if how == "rows":
             k = min(k, node.outputs[0].shape[2] // min_rows)
             if k < 2:
@@ -178,8 +178,8 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
                 # split pass's two channel parts ran as two 12 us pieces; 188.6 -> 176.5 us)
                 k = max(k, min(own, max(1, target.noc_streams_per_core // _siblings(node))))
             k = min(k, ax.extent)
-            if multiple:
-                k = follow[1] * max(1, k // follow[1])
+            if multiple and k >= follow[1]:
+                k -= k % follow[1]
             if k < 2:
                 continue
             join = cut_along(graph, node, ax, k)

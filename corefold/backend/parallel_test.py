@@ -403,12 +403,15 @@ def test_an_operator_that_cannot_follow_a_channel_cut_takes_its_own_piece_count_
     assert max_relative_error(want, run_simulation(exe, feeds, t).outputs) <= 1e-5
 
 
-def test_a_depthwise_conv_behind_a_split_cuts_each_part_again_into_a_multiple_of_the_parts():
+@pytest.mark.parametrize("noc_buffer_kib,pieces", [(16, 6), (1, 2), (0.5, 1)])
+def test_a_depthwise_conv_behind_a_split_cuts_each_part_again_into_a_multiple_of_the_parts(noc_buffer_kib, pieces):
     """A 1 x 1 Conv split into two channel parts to fit (the split pass), then a depthwise
     3 x 3 Conv whose time asks for 6 pieces: it reads only its own channels, so it takes
     6 pieces (a multiple of the 2 parts, their boundary at channel 32 one of its own, so each
     piece reads one part) instead of the parts' 2 (float EfficientNet-B0's depthwise
-    convolutions ran as 2 pieces of 12.9 us). Outputs agree within 1e-6."""
+    convolutions ran as 2 pieces of 12.9 us). A reader's NoC streams still bound it: with 2
+    streams, 2 pieces; with 1, none (the multiple is never rounded up past them). Outputs
+    agree within 1e-6."""
     from corefold.backend.parallel import joined_cut
     from corefold.backend.tile import cut_weights
 
@@ -426,10 +429,13 @@ def test_a_depthwise_conv_behind_a_split_cuts_each_part_again_into_a_multiple_of
     assert cut_weights(cut, 3 * 1024) == 1  # the 4 KiB pointwise weights: two parts of 32 channels
     cut.sort()
     assert joined_cut(next(n for n in cut.nodes if n.name == "dw").inputs[0]) == (1, 2)
-    cut_for_parallelism(cut, small_target(width=4, height=4, sram_kib=1024, reserved_kib=64), pieces_per_core=1.0)
-    pieces = sorted((n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("dw")), key=lambda n: n.name)
-    widths = [n.outputs[0].shape[1] for n in pieces]
-    assert len(pieces) == 6 and sum(widths) == 64
-    assert 32 in np.cumsum(widths)  # the parts' boundary
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64, noc_buffer_kib=noc_buffer_kib,
+                     stream_bytes=512)
+    assert t.noc_streams_per_core == noc_buffer_kib * 2
+    cut_for_parallelism(cut, t, pieces_per_core=1.0)
+    dws = sorted((n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("dw")), key=lambda n: n.name)
+    widths = [n.outputs[0].shape[1] for n in dws]
+    assert len(dws) == pieces and sum(widths) == 64
+    assert pieces == 1 or 32 in np.cumsum(widths)  # the parts' boundary
     feeds = random_inputs(g, 1)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
