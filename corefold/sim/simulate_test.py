@@ -330,6 +330,63 @@ def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_wo
     assert len(busy) == 1
 
 
+def test_an_epilogue_longer_than_the_matrix_work_is_dealt_over_the_vector_engines():
+    from dataclasses import replace
+
+    from corefold.backend.executable import compute_stages
+    from corefold.sim.testing import SMALL_TARGET
+    from corefold.target.load import parse_target
+
+    two = SMALL_TARGET.replace("[core.units.vector]\ncount = 1", "[core.units.vector]\ncount = 2")
+    assert two != SMALL_TARGET
+    t = parse_target(two, "two vector engines")
+    b = ExeBuilder(t)
+    w = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
+    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
+    bx, by, bz = (b.buffer((0, 0), (1, 4), offset=64 * (i + 1), name=n) for i, n in enumerate("xyz"))
+    x = b.graph_input("x", (1, 4))
+    y = b.graph_output("y", (1, 4))
+    z = b.graph_output("z", (1, 4))
+    long_epilogue = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)  # 2 ns of matrix work
+    b.ops[long_epilogue] = replace(b.ops[long_epilogue], activation="Relu", activation_work=40.0)  # 10 ns
+    short_epilogue = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
+    b.ops[short_epilogue] = replace(b.ops[short_epilogue], activation="Relu", activation_work=8.0)  # 2 ns
+    # the engines and shares, by hand: 10 ns over 2 ns of work takes both engines, 5 ns each;
+    # 2 ns keeps up with the work on one; matrix engine 1 starts at vector engine 1
+    assert compute_stages(b.ops[long_epilogue], "matrix0", t) == [
+        ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(5 * NS)), ("vector1", pytest.approx(5 * NS))]
+    assert compute_stages(b.ops[long_epilogue], "matrix1", t) == [
+        ("matrix1", pytest.approx(2 * NS)), ("vector1", pytest.approx(5 * NS)), ("vector0", pytest.approx(5 * NS))]
+    assert compute_stages(b.ops[short_epilogue], "matrix0", t) == [
+        ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(2 * NS))]
+    one = small_target()
+    assert compute_stages(b.ops[long_epilogue], "matrix0", one) == [
+        ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(10 * NS))]
+    core = (0, 0)
+    b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(bx), xy_route((1, 0), core)))
+    b.add(core, Compute(long_epilogue, "matrix0", (b.view(bx), b.view(wb)), (b.view(by),), deps=(0,)))
+    b.add(core, Compute(short_epilogue, "matrix0", (b.view(bx), b.view(wb)), (b.view(bz),), deps=(0,)))
+    b.add(core, DmaStore("dma0", b.view(by), b.view(y, dram=True), xy_route(core, (1, 0)), deps=(1,)))
+    b.add(core, DmaStore("dma0", b.view(bz), b.view(z, dram=True), xy_route(core, (1, 0)), deps=(2,)))
+    xv = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
+    sim = run_simulation(b.build(), {"x": xv}, t)
+    np.testing.assert_allclose(sim.outputs["y"], np.maximum(xv @ w, 0), rtol=1e-6)
+    np.testing.assert_allclose(sim.outputs["z"], np.maximum(xv @ w, 0), rtol=1e-6)
+    tm, c = sim.timed, 0
+    # x is in SRAM at 4 ns from the start (as in the test above); the first MatMul's Relu
+    # takes both vector engines for 5 ns each: done at 9 ns, not at 14 as on one engine;
+    # the second follows on matrix0 and vector0 for 2 ns each
+    assert (tm.start(c, 1) - tm.run_start, tm.finish(c, 1) - tm.run_start) == (pytest.approx(4 * NS),
+                                                                              pytest.approx(9 * NS))
+    assert tm.start(c, 2) == pytest.approx(tm.finish(c, 1))
+    assert tm.finish(c, 2) - tm.start(c, 2) == pytest.approx(2 * NS)
+    for k, tasks in ((0, 2), (1, 1)):
+        vector = tm.machine.units[(core, f"vector{k}")]
+        busy = [(tm.timeline.start[i], tm.timeline.finish[i]) for i in range(len(tm.engine.tasks))
+                if any(s.resource == vector for s in tm.engine.tasks[i].stages)]
+        assert len(busy) == tasks
+
+
 def _fan_out():
     """Core (0,0) sends one 64-byte weight to (1,0) and to (1,1): XY routes share the hop
     (0,0) E; each receiver stores what it got."""

@@ -22,8 +22,10 @@ stages of each instruction:
 Compute        its engine for ``work / (throughput x clock)``; a fused
                activation's ``activation_work`` at the vector unit's rate: on
                a matrix op a second stage, vector engine ``i mod count``,
-               streamed (cut-through) behind matrix engine ``i``; on a
-               vector op the same engine, after the work
+               streamed (cut-through) behind matrix engine ``i`` (one stage
+               per vector engine it is dealt over, each with its share, when
+               it outlasts the work: ``compute_stages``); on a vector op the
+               same engine, after the work
 DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
 DmaStore       the DMA engine -> each hop -> DRAM channel
 DmaCopy        the DMA engine -> source DRAM channel -> each hop -> destination channel
