@@ -24,10 +24,10 @@ from corefold.sim.timed import ProgramError
 NS = 1e-9
 
 
-def _weights_and_rows(seed, names):
-    """The small target, a builder, a 4x4 float weight W resident at address 0 of core
-    (0,0) and (1, 4) buffers named ``names`` above it (64 bytes apart)."""
-    t = small_target()
+def _weights_and_rows(seed, names, t=None):
+    """The small target (or ``t``), a builder, a 4x4 float weight W resident at address 0
+    of core (0,0) and (1, 4) buffers named ``names`` above it (64 bytes apart)."""
+    t = t or small_target()
     w = np.random.default_rng(seed).standard_normal((4, 4)).astype(np.float32)
     b = ExeBuilder(t)
     wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
@@ -296,43 +296,61 @@ def test_the_functional_probe_sees_each_compute_s_inputs_before_it_runs():
     np.testing.assert_array_equal(again[1], seen[1][1][0])
 
 
-def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_work():
+def _two_matmuls(t, seed: int, first_activation: float, second_activation: float):
+    """Two MatMuls of x (1, 4) by a resident 4x4 W on matrix0 of core (0,0) of ``t``, one
+    after the other (2 ns each on the small target), into graph outputs y and z, with a
+    fused Relu of the given vector work (0: none) on each. Returns (executable, W, ops)."""
     from dataclasses import replace
 
-    t, b, w, wb, (bx, by, bz) = _weights_and_rows(1, ("x", "y", "z"))
+    t0, b, w, wb, (bx, by, bz) = _weights_and_rows(seed, ("x", "y", "z"), t)
     x = b.graph_input("x", (1, 4))
     y = b.graph_output("y", (1, 4))
     z = b.graph_output("z", (1, 4))
-    fused = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
-    b.ops[fused] = replace(b.ops[fused], activation="Relu", activation_work=40.0)  # 10 ns of vector work
-    plain = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
+    ids = []
+    for work in (first_activation, second_activation):
+        ids.append(b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16))
+        if work:
+            b.ops[ids[-1]] = replace(b.ops[ids[-1]], activation="Relu", activation_work=work)
     core = (0, 0)
     b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(bx), xy_route((1, 0), core)))
-    b.add(core, Compute(fused, "matrix0", (b.view(bx), b.view(wb)), (b.view(by),), deps=(0,)))
-    b.add(core, Compute(plain, "matrix0", (b.view(bx), b.view(wb)), (b.view(bz),), deps=(0,)))
-    b.add(core, DmaStore("dma0", b.view(by), b.view(y, dram=True), xy_route(core, (1, 0)), deps=(1,)))
-    b.add(core, DmaStore("dma0", b.view(bz), b.view(z, dram=True), xy_route(core, (1, 0)), deps=(2,)))
+    for op, buf in zip(ids, (by, bz), strict=True):
+        b.add(core, Compute(op, "matrix0", (b.view(bx), b.view(wb)), (b.view(buf),), deps=(0,)))
+    for i, (buf, out) in enumerate(((by, y), (bz, z))):
+        b.add(core, DmaStore("dma0", b.view(buf), b.view(out, dram=True), xy_route(core, (1, 0)), deps=(i + 1,)))
+    return b.build(), w, [b.ops[op] for op in ids]
+
+
+def _assert_in_turn(tm, first_done_ns: float) -> None:
+    """Core 0's first MatMul (instruction 1) runs from 4 ns after the start (x loaded) to
+    ``first_done_ns``, and the second follows it for its 2 ns."""
+    assert (tm.start(0, 1) - tm.run_start, tm.finish(0, 1) - tm.run_start) == (pytest.approx(4 * NS),
+                                                                              pytest.approx(first_done_ns * NS))
+    assert tm.start(0, 2) == pytest.approx(tm.finish(0, 1))
+    assert tm.finish(0, 2) - tm.start(0, 2) == pytest.approx(2 * NS)
+
+
+def _vector_busy(tm, core, engine: str) -> list[tuple[float, float]]:
+    """(start, finish) of every task that holds ``engine`` of ``core``."""
+    vector = tm.machine.units[(core, engine)]
+    return [(tm.timeline.start[k], tm.timeline.finish[k]) for k in range(len(tm.engine.tasks))
+            if any(s.resource == vector for s in tm.engine.tasks[k].stages)]
+
+
+def test_a_fused_activation_streams_through_a_vector_engine_beside_the_matrix_work():
+    t = small_target()
+    exe, w, _ = _two_matmuls(t, 1, 40.0, 0.0)  # 10 ns of vector work on the first
     xv = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
-    sim = run_simulation(b.build(), {"x": xv}, t)
+    sim = run_simulation(exe, {"x": xv}, t)
     np.testing.assert_allclose(sim.outputs["y"], np.maximum(xv @ w, 0), rtol=1e-6)
     np.testing.assert_allclose(sim.outputs["z"], xv @ w, rtol=1e-6)
-    tm, c = sim.timed, 0
     # x is in SRAM at 26 ns (as in the test above); the MatMul's 16 MAC take matrix0 for
     # 26-28 while its Relu streams through vector0 for 26-36 (10 ns): done at 36, not at
     # 38 as one engine would take (2 + 10 ns); the next matrix instruction follows it
-    assert (tm.start(c, 1) - tm.run_start, tm.finish(c, 1) - tm.run_start) == (pytest.approx(4 * NS),
-                                                                              pytest.approx(14 * NS))
-    assert tm.start(c, 2) == pytest.approx(tm.finish(c, 1))
-    assert tm.finish(c, 2) - tm.start(c, 2) == pytest.approx(2 * NS)
-    vector = tm.machine.units[(core, "vector0")]
-    busy = [(tm.timeline.start[k], tm.timeline.finish[k]) for k in range(len(tm.engine.tasks))
-            if any(s.resource == vector for s in tm.engine.tasks[k].stages)]
-    assert len(busy) == 1
+    _assert_in_turn(sim.timed, 14)
+    assert len(_vector_busy(sim.timed, (0, 0), "vector0")) == 1
 
 
 def test_an_epilogue_longer_than_the_matrix_work_is_dealt_over_the_vector_engines():
-    from dataclasses import replace
-
     from corefold.backend.executable import compute_stages
     from corefold.sim.testing import SMALL_TARGET
     from corefold.target.load import parse_target
@@ -340,51 +358,27 @@ def test_an_epilogue_longer_than_the_matrix_work_is_dealt_over_the_vector_engine
     two = SMALL_TARGET.replace("[core.units.vector]\ncount = 1", "[core.units.vector]\ncount = 2")
     assert two != SMALL_TARGET
     t = parse_target(two, "two vector engines")
-    b = ExeBuilder(t)
-    w = np.random.default_rng(2).standard_normal((4, 4)).astype(np.float32)
-    wb = b.buffer((0, 0), (4, 4), offset=0, data=w, name="W")
-    bx, by, bz = (b.buffer((0, 0), (1, 4), offset=64 * (i + 1), name=n) for i, n in enumerate("xyz"))
-    x = b.graph_input("x", (1, 4))
-    y = b.graph_output("y", (1, 4))
-    z = b.graph_output("z", (1, 4))
-    long_epilogue = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)  # 2 ns of matrix work
-    b.ops[long_epilogue] = replace(b.ops[long_epilogue], activation="Relu", activation_work=40.0)  # 10 ns
-    short_epilogue = b.op("MatMul", [(1, 4), (4, 4)], [(1, 4)], "matrix", 16)
-    b.ops[short_epilogue] = replace(b.ops[short_epilogue], activation="Relu", activation_work=8.0)  # 2 ns
+    exe, w, (long_epilogue, short_epilogue) = _two_matmuls(t, 2, 40.0, 8.0)  # 10 ns and 2 ns of vector work
     # the engines and shares, by hand: 10 ns over 2 ns of work takes both engines, 5 ns each;
     # 2 ns keeps up with the work on one; matrix engine 1 starts at vector engine 1
-    assert compute_stages(b.ops[long_epilogue], "matrix0", t) == [
+    assert compute_stages(long_epilogue, "matrix0", t) == [
         ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(5 * NS)), ("vector1", pytest.approx(5 * NS))]
-    assert compute_stages(b.ops[long_epilogue], "matrix1", t) == [
+    assert compute_stages(long_epilogue, "matrix1", t) == [
         ("matrix1", pytest.approx(2 * NS)), ("vector1", pytest.approx(5 * NS)), ("vector0", pytest.approx(5 * NS))]
-    assert compute_stages(b.ops[short_epilogue], "matrix0", t) == [
+    assert compute_stages(short_epilogue, "matrix0", t) == [
         ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(2 * NS))]
-    one = small_target()
-    assert compute_stages(b.ops[long_epilogue], "matrix0", one) == [
+    assert compute_stages(long_epilogue, "matrix0", small_target()) == [
         ("matrix0", pytest.approx(2 * NS)), ("vector0", pytest.approx(10 * NS))]
-    core = (0, 0)
-    b.add(core, DmaLoad("dma0", b.view(x, dram=True), b.view(bx), xy_route((1, 0), core)))
-    b.add(core, Compute(long_epilogue, "matrix0", (b.view(bx), b.view(wb)), (b.view(by),), deps=(0,)))
-    b.add(core, Compute(short_epilogue, "matrix0", (b.view(bx), b.view(wb)), (b.view(bz),), deps=(0,)))
-    b.add(core, DmaStore("dma0", b.view(by), b.view(y, dram=True), xy_route(core, (1, 0)), deps=(1,)))
-    b.add(core, DmaStore("dma0", b.view(bz), b.view(z, dram=True), xy_route(core, (1, 0)), deps=(2,)))
     xv = np.arange(4, dtype=np.float32).reshape(1, 4) - 1.5
-    sim = run_simulation(b.build(), {"x": xv}, t)
+    sim = run_simulation(exe, {"x": xv}, t)
     np.testing.assert_allclose(sim.outputs["y"], np.maximum(xv @ w, 0), rtol=1e-6)
     np.testing.assert_allclose(sim.outputs["z"], np.maximum(xv @ w, 0), rtol=1e-6)
-    tm, c = sim.timed, 0
     # x is in SRAM at 4 ns from the start (as in the test above); the first MatMul's Relu
     # takes both vector engines for 5 ns each: done at 9 ns, not at 14 as on one engine;
     # the second follows on matrix0 and vector0 for 2 ns each
-    assert (tm.start(c, 1) - tm.run_start, tm.finish(c, 1) - tm.run_start) == (pytest.approx(4 * NS),
-                                                                              pytest.approx(9 * NS))
-    assert tm.start(c, 2) == pytest.approx(tm.finish(c, 1))
-    assert tm.finish(c, 2) - tm.start(c, 2) == pytest.approx(2 * NS)
-    for k, tasks in ((0, 2), (1, 1)):
-        vector = tm.machine.units[(core, f"vector{k}")]
-        busy = [(tm.timeline.start[i], tm.timeline.finish[i]) for i in range(len(tm.engine.tasks))
-                if any(s.resource == vector for s in tm.engine.tasks[i].stages)]
-        assert len(busy) == tasks
+    _assert_in_turn(sim.timed, 9)
+    assert len(_vector_busy(sim.timed, (0, 0), "vector0")) == 2
+    assert len(_vector_busy(sim.timed, (0, 0), "vector1")) == 1
 
 
 def _fan_out():
