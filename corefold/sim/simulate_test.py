@@ -302,7 +302,7 @@ def _two_matmuls(t, seed: int, first_activation: float, second_activation: float
     fused Relu of the given vector work (0: none) on each. Returns (executable, W, ops)."""
     from dataclasses import replace
 
-    t0, b, w, wb, (bx, by, bz) = _weights_and_rows(seed, ("x", "y", "z"), t)
+    _, b, w, wb, (bx, by, bz) = _weights_and_rows(seed, ("x", "y", "z"), t)
     x = b.graph_input("x", (1, 4))
     y = b.graph_output("y", (1, 4))
     z = b.graph_output("z", (1, 4))
@@ -376,9 +376,11 @@ def test_an_epilogue_longer_than_the_matrix_work_is_dealt_over_the_vector_engine
     # x is in SRAM at 4 ns from the start (as in the test above); the first MatMul's Relu
     # takes both vector engines for 5 ns each: done at 9 ns, not at 14 as on one engine;
     # the second follows on matrix0 and vector0 for 2 ns each
-    _assert_in_turn(sim.timed, 9)
-    assert len(_vector_busy(sim.timed, (0, 0), "vector0")) == 2
-    assert len(_vector_busy(sim.timed, (0, 0), "vector1")) == 1
+    tm = sim.timed
+    _assert_in_turn(tm, 9)
+    at = [(pytest.approx(tm.run_start + a * NS), pytest.approx(tm.run_start + b * NS)) for a, b in ((4, 9), (9, 11))]
+    assert _vector_busy(tm, (0, 0), "vector0") == at
+    assert _vector_busy(tm, (0, 0), "vector1") == at[:1]
 
 
 def _fan_out():
