@@ -538,7 +538,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     g = _conv_chain(16, 16, 4)
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     # one clustering and tiling (spread 1.5 leaves the search something to change): its list orders are emitted first
-    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,))
+    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=())
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     real = lower_mod._emit
@@ -873,15 +873,59 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
     rep = {}
     for min_rows in ((2,), (1,), (2, 1)):
         alone = {"trial_tasks": 0} if len(min_rows) == 1 else {}
-        exe = lower(g, t, replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=min_rows, **alone))
+        exe = lower(g, t, replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=min_rows,
+                                  trial_pieces=(), **alone))
         check_executable(exe, t)
         assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
         rep[min_rows] = exe.meta["order"]
-    tried = rep[(2, 1)]["min_rows_tried"]
-    assert [m for m, _ in tried] == [2, 1]
-    assert tried[0][1] == pytest.approx(rep[(2,)]["list_latency_s"], rel=1e-12)
-    assert tried[1][1] == pytest.approx(rep[(1,)]["list_latency_s"], rel=1e-12)
-    assert tried[1][1] < tried[0][1] and rep[(2, 1)]["min_rows"] == 1
+    tried = rep[(2, 1)]["tilings_tried"]
+    assert [(m, p) for m, p, _ in tried] == [(2, 8.0), (1, 8.0)]
+    assert tried[0][2] == pytest.approx(rep[(2,)]["list_latency_s"], rel=1e-12)
+    assert tried[1][2] == pytest.approx(rep[(1,)]["list_latency_s"], rel=1e-12)
+    assert tried[1][2] < tried[0][2] and rep[(2, 1)]["min_rows"] == 1
     for bad in ((), (0,), (2, -1)):
         with pytest.raises(SettingsError, match="min_rows"):
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))
+
+
+def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is_kept():
+    """``trial_pieces``: after the first tiling (``pieces_per_core``), a graph of at most
+    ``trial_pieces_tasks`` tasks is tiled again with each further value, clustered with the
+    first tiling's spread and headroom, and the faster list executable is kept. On four 3 x
+    3 convolutions of 16 channels over 32 x 32 on the 2 x 2 preset, 8 and 16 pieces per
+    core give 32 and 64 bands; tried from either side, each tried latency is that tiling's
+    alone and the faster is kept (so once the first, once the trial's), every executable
+    computes the executor's outputs, and a limit below the first tiling's task count tries
+    nothing."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.tile import tile
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _conv_chain(16, 32, 4, cols=32, in_ch=16)
+    t = load_target("npu-2x2")
+    for pieces, bands in ((8.0, 32), (16.0, 64)):
+        tiled = tile(g, t, t.core_memory_threshold, pieces, 2)
+        assert len([n for n in tiled.nodes if n.op_type == "Conv"]) == bands
+    base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,))
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    alone = {}
+    for pieces in (8.0, 16.0):
+        exe = lower(g, t, replace(base, pieces_per_core=pieces, trial_tasks=0))
+        alone[pieces] = (exe.meta["order"]["list_latency_s"], exe.meta["tasks"])
+    assert alone[8.0][0] != alone[16.0][0]
+    for first, other in ((8.0, 16.0), (16.0, 8.0)):  # the first tiling kept, then the trial's
+        exe = lower(g, t, replace(base, pieces_per_core=first, trial_pieces=(other,)))
+        check_executable(exe, t)
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        rep = exe.meta["order"]
+        tried = rep["tilings_tried"]
+        assert [(m, p) for m, p, _ in tried] == [(2, first), (2, other)]
+        for _, pieces, latency in tried:
+            assert latency == pytest.approx(alone[pieces][0], rel=1e-12)
+        kept = min(tried, key=lambda mpl: mpl[2])[1]
+        assert rep["pieces_per_core"] == kept and exe.meta["tasks"] == alone[kept][1]
+    off = lower(g, t, replace(base, trial_pieces=(16.0,), trial_pieces_tasks=alone[8.0][1] - 1))
+    assert "tilings_tried" not in off.meta["order"] and off.meta["order"]["pieces_per_core"] == 8.0
