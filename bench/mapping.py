@@ -6,7 +6,9 @@ runs as ``scotch-syn``, balancing the synapse memory instead. Neither keeps both
 One run per graph, each method in its own subprocess (peak RSS measured there), the same
 graph and mesh for all three. Prints cut, capacity violations (cores over neurons /
 synapses), hop-weighted traffic, max link load (XY routing), wall time and peak memory,
-each also as a ratio to Scotch.
+each also as a ratio to Scotch; per graph, a lower bound on the traffic of every mapping
+that keeps both capacities (:mod:`corefold.mapping.bound`) and each such mapping's traffic
+over it.
 
     PYTHONPATH=$PWD python bench/mapping.py                # the bench table
     PYTHONPATH=$PWD python bench/mapping.py --scale        # 10^8-synapse archive, corefold map only
@@ -39,6 +41,7 @@ import scipy.sparse as sp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from corefold.mapping import objectives  # noqa: E402
+from corefold.mapping.bound import traffic_bound  # noqa: E402
 from corefold.mapping.topology.model import Topology  # noqa: E402
 
 
@@ -279,6 +282,15 @@ def bench(seed: int, methods, graphs=None, objective: str = "synapse"):
                       f"  max link {r['max_link']:.4g}  cores over n/s {r['over_n']}/{r['over_s']}"
                       f" (max {r['max_fill']})  {r['seconds']:.2f} s (CPU {r['cpu']:.2f} s)  peak {r['peak_mib']:.0f} MiB"
                       f" (+{r['extra_mib']:.0f} over the loaded graph)", flush=True)
+            if objective == "synapse":
+                xy = np.array([(x, y) for y in range(mesh[1]) for x in range(mesh[0])])
+                t0 = time.perf_counter()
+                tb = traffic_bound(topo, xy, mesh[0], mesh[1], 1.0, (ncap, scap))
+                over = ", ".join(f"{m} {r['traffic'] / tb.value:.2f}x" for m, r in res.items()
+                                 if r["over_n"] == 0 and r["over_s"] == 0) if tb.value > 0 else ""
+                print(f"  lower bound over every mapping that keeps the capacities: {tb.value:.4g} "
+                      f"({tb.method}, {time.perf_counter() - t0:.1f} s; counted from both ends {tb.half:.4g})"
+                      f"; traffic over it, mappings that keep them: {over or '-'}", flush=True)
             rows.append((name, res))
     if objective == "multicast":
         ref = "mtkahypar" if "mtkahypar" in methods else methods[0]

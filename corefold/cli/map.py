@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive, metavar="N",
                         help="worker threads (default: one per CPU; the mapping does not depend on it)")
     parser.add_argument("--heatmap", metavar="links.png", help="draw the NoC link-load heatmap (needs matplotlib)")
+    parser.add_argument("--bound", action="store_true",
+                        help="also bound the traffic of every mapping that keeps the capacities from below "
+                             "(per-vertex bounds charged by an LP; synapse objective, topology in memory)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -174,7 +177,13 @@ def run(args: argparse.Namespace) -> int:
         target = replace(target, synapses_per_core=args.synapses_per_core)
     caps = core_capacities(target)
     progress = None if not args.no_progress else False
+    if args.bound and settings.objective != "synapse":
+        raise SettingsError("--bound: bounds the synapse objective's traffic only")
+    bound = None
     if wants_out_of_core(args.topology, settings):
+        if args.bound:
+            raise SettingsError("--bound needs the topology in memory: --set out_of_core=never "
+                                "(or a larger --set memory_budget_gib)")
         if settings.objective == "multicast":
             raise SettingsError("the multicast objective needs the topology in memory: --set out_of_core=never "
                                 "(or a larger --set memory_budget_gib)")
@@ -193,6 +202,11 @@ def run(args: argparse.Namespace) -> int:
                                  target.mesh_height, target.interchip_hop_cost,
                                  (target.neurons_per_core, target.synapses_per_core), objective=settings.objective)
         counts = (topo.num_vertices, int(topo.neuron_sizes.sum()), topo.num_edges)
+        if args.bound:
+            from corefold.mapping.bound import traffic_bound
+
+            bound = traffic_bound(topo, np.array(target.usable_cores), target.mesh_width, target.mesh_height,
+                                  target.interchip_hop_cost, (target.neurons_per_core, target.synapses_per_core))
         del topo
     elapsed = time.perf_counter() - t0
     fill = ev["fill"]
@@ -204,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
                      link_loads=ev["link_loads"], core_fill=fill, capacities=caps,
                      violations=ev["violations"], seconds=elapsed, objective=settings.objective,
                      synapse_traffic=ev["synapse_traffic"], multicast_traffic=ev["multicast_traffic"],
-                     connectivity=ev["connectivity"])
+                     connectivity=ev["connectivity"],
+                     **({"any_mapping_bound": bound.value} if bound is not None else {}))
         if args.heatmap:
             draw_heatmap(ev["link_loads"], tmps[1])
     lb = ev["lower_bound"]
@@ -215,6 +230,10 @@ def run(args: argparse.Namespace) -> int:
     other = "multicast" if settings.objective == "synapse" else "synapse"
     print(f"hop-weighted traffic {ev['traffic']:.6g}  ({settings.objective}; {other}: {ev[other + '_traffic']:.6g})")
     print(f"lower bound          {lb:.6g}  (traffic / bound = {ev['traffic'] / lb if lb > 0 else 1.0:.3f})")
+    if bound is not None:
+        ratio = ev["traffic"] / bound.value if bound.value > 0 else float("inf") if ev["traffic"] > 0 else 1.0
+        print(f"any mapping >=       {bound.value:.6g}  (every mapping that keeps the capacities; traffic / it = "
+              f"{ratio:.3f}, at most that far above the optimum)")
     print(f"max link load        {ev['max_link_load']:.6g}")
     for d, name in enumerate(("neurons", "synapses")):
         print(f"fill {name:<9}       min {fill[:, d].min()} mean {fill[:, d].mean():.1f} max {fill[:, d].max()} "

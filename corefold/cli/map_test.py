@@ -1,7 +1,7 @@
 import numpy as np
 
 from corefold.cli import main
-from corefold.mapping.testing import conv_like_graph
+from corefold.mapping.testing import conv_like_graph, random_graph
 
 
 def _write(path, topo):
@@ -27,6 +27,26 @@ def test_map_writes_core_xy_and_prints_summary(tmp_path, capsys):
     text = capsys.readouterr().out
     for key in ("cut", "hop-weighted traffic", "lower bound", "max link load", "fill neurons", "time"):
         assert key in text
+
+
+def test_map_bound_bounds_the_mapping_it_prints_beside(tmp_path, capsys):
+    """``--bound``: the bound over every mapping that keeps the capacities is positive, at
+    most the traffic of the mapping made (which keeps them), saved and printed. Each of the
+    200 vertices has about 40 neighbours, more than its core's 25 neurons hold."""
+    topo = random_graph(200, 40.0, 0)
+    src = tmp_path / "g.npz"
+    _write(src, topo)
+    out = tmp_path / "m.npz"
+    rc = main(["map", str(src), "-o", str(out), "--mesh", "3x3", "--neurons-per-core", "25",
+               "--preset", "fast", "--no-progress", "--bound"])
+    assert rc == 0
+    z = np.load(out)
+    assert 0 < z["any_mapping_bound"] <= z["traffic"]
+    assert "any mapping >=" in capsys.readouterr().out
+    rc = main(["map", str(src), "-o", str(tmp_path / "m2.npz"), "--mesh", "3x3", "--no-progress", "--bound",
+               "--objective", "multicast"])
+    assert rc == 2 and not (tmp_path / "m2.npz").exists()
+    assert "--bound" in capsys.readouterr().err
 
 
 def test_map_impossible_target_exits_2_without_output(tmp_path, capsys):
