@@ -929,3 +929,44 @@ def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is
         assert rep["pieces_per_core"] == kept and exe.meta["tasks"] == alone[kept][1]
     off = lower(g, t, replace(base, trial_pieces=(16.0,), trial_pieces_tasks=alone[8.0][1] - 1))
     assert "tilings_tried" not in off.meta["order"] and off.meta["order"]["pieces_per_core"] == 8.0
+
+
+def test_on_a_board_a_box_crosses_to_each_chip_once_and_its_first_reader_there_relays_it():
+    """Two chips of 2 x 2 cores; three MatMul + Relu layers of 4 x 256, each cut into
+    column pieces that read the whole previous output. Every reader received its boxes from
+    their producers (some box went to the other chip more than once); relayed
+    (``relay_chips``, the default), each box crosses to a chip once and fewer sends cross,
+    and both executables compute the executor's outputs."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from corefold.backend.instructions import Send
+    from corefold.backend.lower import DEFAULT
+
+    rng = np.random.default_rng(0)
+    g = Graph("mm_relu")
+    cur = g.add_input("x", (4, 256), "float32")
+    for i in range(3):
+        w = g.add_constant(f"w{i}", (rng.standard_normal((256, 256)) / 16).astype(np.float32))
+        mm = g.make_node("MatMul", [cur, w], name=f"mm{i}")
+        relu = g.make_node("Relu", [mm.outputs[0]], name=f"relu{i}")
+        for v in (mm.outputs[0], relu.outputs[0]):
+            v.shape, v.dtype = (4, 256), np.dtype("float32")
+        cur = relu.outputs[0]
+    g.outputs = [cur]
+    t = small_target(width=2, height=2, sram_kib=256, reserved_kib=8, dram_attach="[[0, 0]]",
+                     more=(("chips_x = 1", "chips_x = 2"),))
+    assert t.chips_x == 2 and len(t.usable_cores) == 8
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    crossing = {}
+    for relay in (True, False):
+        exe = lower(g, t, replace(DEFAULT, relay_chips=relay))
+        check_executable(exe, t)
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        crossing[relay] = Counter((p.core, ins.src.ref, str(ins.src), t.chip_of(*ins.dst_core))
+                                  for p in exe.programs for ins in p.instructions
+                                  if isinstance(ins, Send) and t.chip_of(*p.core) != t.chip_of(*ins.dst_core))
+    assert max(crossing[False].values()) > 1
+    assert max(crossing[True].values()) == 1
+    assert sum(crossing[True].values()) < sum(crossing[False].values())
