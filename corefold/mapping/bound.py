@@ -157,14 +157,14 @@ def traffic_bound(topo: Topology, core_xy: np.ndarray, mesh_width: int, mesh_hei
                       ncap, scap, steps.astype(np.float64), within.astype(np.float64))
     n = topo.num_vertices
     half = 0.5 * float(per.sum())
+    if not per.any():
+        return TrafficBound(0.0, 0.0, "lp", per, np.zeros(n))
+    if topo.num_edges > lp_edges:
+        return TrafficBound(half, half, "half", per, np.full(n, 0.5))
     rows = np.repeat(np.arange(n), np.diff(topo.indptr))
     cols = np.asarray(topo.indices, np.int64)
     upper = rows < cols
     r, c = rows[upper], cols[upper]
-    if not per.any():
-        return TrafficBound(0.0, 0.0, "lp", per, np.zeros(n))
-    if r.size > lp_edges:
-        return TrafficBound(half, half, "half", per, np.full(n, 0.5))
     e = r.size
     packing = sp.csr_matrix((np.ones(2 * e), (np.r_[np.arange(e), np.arange(e)], np.r_[r, c])), shape=(e, n))
     res = linprog(-per, A_ub=packing, b_ub=np.ones(e), bounds=(0, 1), method="highs")
