@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from corefold.backend.executable import ALIGNMENT
-from corefold.backend.plan import CorePlan, Plan, aligned, lifetimes, pressure
+from corefold.backend.plan import CorePlan, Plan
+from corefold.backend.spill import aligned, lifetimes, pressure
 
 #: Random orders the allocator tries when the deterministic ones overflow.
 RANDOM_ORDERS = 40

@@ -1,7 +1,7 @@
 """Steps 4 to 6 of lowering, *Route*, *Emit* and *Pack*: the executable from the plan.
 
 * **Memory.** Per core, resident weights take addresses from 0; the activation buffers are
-  spilled (:func:`~corefold.backend.plan.spill`) and allocated above them
+  spilled (:func:`~corefold.backend.spill.spill`) and allocated above them
   (:func:`~corefold.backend.alloc.allocate`), spilling more while the allocation overflows.
   DRAM regions are striped over every channel of the chip nearest the core that uses
   them (``LowerSettings.dram_interleave``, the default), or each goes to one channel so
@@ -49,7 +49,8 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.plan import Plan, aligned, lifetimes, spill
+from corefold.backend.plan import Plan
+from corefold.backend.spill import aligned, lifetimes, spill
 from corefold.errors import CompileError
 from corefold.target import Target
 

@@ -273,7 +273,7 @@ def test_a_staged_buffer_stores_only_the_boxes_its_receivers_load():
 
 
 def test_staged_boxes_merge_into_their_bounding_box_only_when_it_is_no_bigger():
-    from corefold.backend.plan import _staged_boxes
+    from corefold.backend.spill import _staged_boxes
 
     rows = [((0, 0, 0, 0), (1, 4, 1, 8)), ((0, 0, 1, 0), (1, 4, 1, 8))]  # adjacent rows: one box of 2
     assert set(_staged_boxes(rows).values()) == {((0, 0, 0, 0), (1, 4, 2, 8))}

@@ -36,9 +36,10 @@ Buffers: one resident buffer per (core, constant) from address 0; one per task o
 one per assembled input (shared by the tasks of a core that read the same pieces). An
 activation buffer lives from its first to its last event; offsets come from
 :func:`~corefold.backend.alloc.allocate` (lowest free address among the buffers whose lifetimes
-overlap, :mod:`.alloc`). When the live bytes exceed the SRAM left by the weights, :func:`spill` stores
-the live buffer whose next use is farthest (Belady) to DRAM after its last use before the
-peak and reloads it before its next use, until the peak fits.
+overlap, :mod:`.alloc`). When the live bytes exceed the SRAM left by the weights,
+:func:`~corefold.backend.spill.spill` stores the live buffer whose next use is farthest
+(Belady) to DRAM after its last use before the peak and reloads it before its next use,
+until the peak fits.
 
 Cost: O(V + P) to find the prefetch positions (P pieces read), O(E log E) events per core
 to sort, O(B^2) for the allocation of B buffers, O(S * E) for S spills.
@@ -51,9 +52,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corefold.backend.boxes import Piece, Shape, prod
-from corefold.backend.executable import ALIGNMENT, Core
+from corefold.backend.executable import Core
 from corefold.backend.lgraph import LoweredGraph, Operand
-from corefold.errors import CompileError
 
 #: Issue a task's loads of graph inputs at the previous input-loading task of its core, at
 #: most PREFETCH_WINDOW of its tasks back (module docstring: double buffering).
@@ -431,199 +431,3 @@ class Planner:
             bufs = sorted({b.id for b in self.buffers if b.core == core})
             cores[core] = CorePlan(core, evs, bufs)
         return Plan(cores, self.buffers, self.regions, self.tags)
-
-
-# -- liveness, spilling and allocation ---------------------------------------------------------------
-def _accesses(ev: Event) -> list[int]:
-    return [v[0] for v in ev.reads if v is not None] + [v[0] for v in ev.writes]
-
-
-def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
-    """Activation buffer -> (first, last) event index on its core."""
-    life: dict[int, tuple[int, int]] = {}
-    for i, ev in enumerate(cp.events):
-        for b in _accesses(ev):
-            if plan.buffers[b].kind != "activation":
-                continue
-            lo, _ = life.get(b, (i, i))
-            life[b] = (lo, i)
-    return life
-
-
-def aligned(n: int) -> int:
-    """``n`` rounded up to :data:`~corefold.backend.executable.ALIGNMENT`."""
-    return -(-n // ALIGNMENT) * ALIGNMENT
-
-
-def pressure(plan: Plan, life: dict[int, tuple[int, int]], n: int) -> np.ndarray:
-    """Aligned live bytes at each of the ``n`` events of a core, given ``life`` from
-    :func:`lifetimes`. O(B + n)."""
-    delta = np.zeros(n + 1, np.int64)
-    for b, (lo, hi) in life.items():
-        size = aligned(plan.buffers[b].nbytes)
-        delta[lo] += size
-        delta[hi + 1] -= size
-    return np.cumsum(delta)[:n]
-
-
-def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: int = 10000,
-          limits: dict[Event, int] | None = None) -> int:
-    """Move activation buffers of ``cp`` out of SRAM until its live bytes fit ``avail``;
-    return how many moves it took (module docstring).
-
-    At the peak, the live buffer not used there whose next use is farthest goes: a buffer
-    kept for a send (a hold) is *staged*: stored to DRAM once, each send becomes a signal
-    and each receiving core waits for it and loads its box from DRAM; any other buffer is
-    stored after its last use before the peak and reloaded into a new buffer before its
-    next use.
-
-    ``limits`` lowers the bytes allowed at some events (keyed by the event), where the
-    allocator found no room at ``avail``.
-
-    Raises:
-        CompileError: SRAM, when the buffers one event needs at once exceed ``avail``.
-    """
-    spills = 0
-    best_peak, stalled = None, 0
-    limits = limits or {}
-    while spills < max_spills:
-        life = lifetimes(plan, cp)
-        if not life:
-            return spills
-        load = pressure(plan, life, len(cp.events))
-        cap = np.array([limits.get(ev, avail) for ev in cp.events], np.int64)
-        peak_at = int(np.argmax(load - cap))
-        if load[peak_at] <= cap[peak_at]:
-            return spills
-        over = int(load[peak_at] - cap[peak_at])
-        if best_peak is None or over < best_peak:
-            best_peak, stalled = over, 0
-        else:
-            stalled += 1
-            if stalled > 8:
-                raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
-                                   int(cap[peak_at]) + weights, "weights and the buffers a step needs at once")
-        uses: dict[int, list[int]] = {}
-        for i, ev in enumerate(cp.events):
-            for b in _accesses(ev):
-                uses.setdefault(b, []).append(i)
-        best = None
-        at = cp.events[peak_at]
-        copied = at.reads[0][0] if at.kind == "copy" and at.writes[0][0] != at.reads[0][0] else None
-        for b, (lo, hi) in life.items():
-            if b == copied and lo < peak_at:
-                # the copy out of b becomes a load from DRAM once b is stored: b is gone by then
-                later = [i for i in uses[b] if i >= peak_at]
-            elif not lo < peak_at < hi or peak_at in uses[b]:
-                continue
-            else:
-                later = [i for i in uses[b] if i > peak_at]
-            held = [i for i in later if cp.events[i].kind == "hold"]
-            plain = [i for i in later if cp.events[i].kind != "hold"]
-            nxt = plain[0] if plain else len(cp.events) + 1
-            move = "stage" if held else "split"
-            score = (nxt - peak_at, plan.buffers[b].nbytes)
-            if best is None or score > best[0]:
-                before = max(i for i in uses[b] if i < peak_at)
-                best = (score, b, move, before, nxt)
-        if best is None:
-            raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights,
-                               int(cap[peak_at]) + weights, "weights and the buffers one step needs")
-        _, b, move, before, nxt = best
-        if move == "stage":
-            _stage(plan, cp, b, peak_at)
-        else:
-            _split_lifetime(plan, cp, b, before, nxt)
-        spills += 1
-    raise CompileError("SRAM", f"core ({cp.core[0]},{cp.core[1]})", int(load[peak_at]) + weights, avail + weights,
-                       f"still over after {max_spills} spills")
-
-
-def _stage(plan: Plan, cp: CorePlan, b: int, peak_at: int) -> None:
-    """Send buffer ``b``'s data through DRAM instead of holding it for the receivers
-    whose holds lie after ``peak_at`` (see :func:`spill`)."""
-    buf = plan.buffers[b]
-    holds = {ev.tag for ev in cp.events[peak_at:] if ev.kind == "hold" and ev.reads[0][0] == b}
-    key = ("stage", b)
-    plan.regions[key] = (buf.shape, buf.dtype, buf.name, cp.core)
-    boxes = _staged_boxes([tuple(ev.reads[0][2:]) for ev in cp.events if ev.kind == "send" and ev.tag in holds])
-    events: list[Event] = []
-    stores: dict[tuple, Event] = {}
-    for ev in cp.events:
-        if ev.kind == "hold" and ev.tag in holds:
-            continue
-        if ev.kind == "send" and ev.tag in holds:
-            box = boxes[tuple(ev.reads[0][2:])]
-            store = stores.get(box)
-            if store is None:
-                store = Event(ev.key + (-0.5,), "store", reads=[(b, buf.shape, *box)], region=key,
-                              region_view=(buf.shape, *box))
-                stores[box] = store
-                events.append(store)
-            events.append(Event(ev.key, "signal", peer=ev.peer, tag=ev.tag, after=[store]))
-            _receive_from_dram(plan, ev, key)
-            continue
-        events.append(ev)
-    cp.events = events
-
-
-def _staged_boxes(views: list[tuple[Shape, Shape]]) -> dict[tuple[Shape, Shape], tuple[Shape, Shape]]:
-    """For each sent ``(start, extent)`` of a staged buffer, the box stored to DRAM that
-    holds it: the bounding box of all of them when that is no bigger than their sum (one
-    store), else the view itself (one store per distinct view). Only what is received
-    goes through DRAM: a buffer staged for a halo of a few rows stores those rows, not the
-    whole buffer (on the float EfficientNet-B0, 12.1 of 19.9 MB of DRAM traffic were
-    staging stores, of which the receivers loaded 6.6). O(S * rank) for S sends."""
-    distinct = list(dict.fromkeys(views))
-    lo = tuple(min(s[d] for s, _ in distinct) for d in range(len(distinct[0][0])))
-    hi = tuple(max(s[d] + e[d] for s, e in distinct) for d in range(len(distinct[0][0])))
-    bbox = (lo, tuple(h - low for h, low in zip(hi, lo, strict=True)))
-    if prod(bbox[1]) <= sum(prod(e) for _, e in distinct):
-        return {v: bbox for v in distinct}
-    return {v: v for v in distinct}
-
-
-def _receive_from_dram(plan: Plan, send: Event, key: tuple) -> None:
-    """On the receiving core, the recv of ``send`` becomes a wait and a DMA load."""
-    peer = plan.cores[send.peer]
-    out: list[Event] = []
-    for ev in peer.events:
-        if ev.kind == "recv" and ev.tag == send.tag:
-            wait = Event(ev.key, "wait", peer=ev.peer, tag=ev.tag)
-            out.append(wait)
-            out.append(Event(ev.key + (0.5,), "load", writes=ev.writes, region=key,
-                             region_view=tuple(send.reads[0][1:]), after=[wait]))
-        else:
-            out.append(ev)
-    peer.events = out
-
-
-def _split_lifetime(plan: Plan, cp: CorePlan, b: int, before: int, after: int) -> None:
-    """Store buffer ``b`` after event ``before``; from event ``after`` on, a copy out of it
-    becomes a DMA load from DRAM straight into the copy's destination, and any other use
-    reads a new buffer reloaded just before the first such use."""
-    buf = plan.buffers[b]
-    key = ("spill", b, before)
-    plan.regions[key] = (buf.shape, buf.dtype, buf.name, cp.core)
-    zero = (0,) * len(buf.shape)
-    store = Event(cp.events[before].key + (0.5,), "store", reads=[(b, buf.shape, zero, buf.shape)], region=key,
-                  region_view=(buf.shape, zero, buf.shape))
-    tail: list[Event] = []
-    nb = None
-    for ev in cp.events[after:]:
-        uses_b = any(v is not None and v[0] == b for v in ev.reads) or any(v[0] == b for v in ev.writes)
-        if ev.kind == "copy" and ev.reads[0][0] == b:
-            tail.append(Event(ev.key, "load", writes=ev.writes, region=key, region_view=tuple(ev.reads[0][1:]),
-                              after=[store] + ev.after))
-            continue
-        if uses_b and nb is None:
-            nb = PBuffer(len(plan.buffers), cp.core, buf.shape, buf.dtype, "activation", buf.name, buf.phys)
-            plan.buffers.append(nb)
-            cp.buffers.append(nb.id)
-            tail.append(Event(ev.key[:-1] + (-0.5,), "load", writes=[(nb.id, buf.shape, zero, buf.shape)],
-                              region=key, region_view=(buf.shape, zero, buf.shape), after=[store]))
-        if nb is not None:
-            ev.reads = [(nb.id, *v[1:]) if v is not None and v[0] == b else v for v in ev.reads]
-            ev.writes = [(nb.id, *v[1:]) if v[0] == b else v for v in ev.writes]
-        tail.append(ev)
-    cp.events = cp.events[:before + 1] + [store] + cp.events[before + 1:after] + tail
