@@ -86,13 +86,14 @@ class LowerSettings:
         trial_pieces, trial_pieces_tasks: further values of ``pieces_per_core`` tried like
             ``min_rows`` (with the kept ``min_rows``, ``spread`` and ``headroom``), on graphs whose
             first tiling has at most ``trial_pieces_tasks`` tasks: each trial tiles the graph
-            again into about twice the tasks. Smaller pieces shorten a chain of small layers
-            (the int8 MobileNetV3 39.3 -> 36.5 us, the int8 Inception v1 168.6 -> 156.3) and
-            lengthen others' (the int8 ResNet-18 122.0 -> 260.1 at 16), so the timed
-            simulation decides. ``trial_pieces_tasks`` keeps every bench row's lowering under
-            20 s (the int8 Inception v1, 1093 tasks, lowers in 15.3 s with its trial; the
-            float EfficientNet-B0, 1185, would take 19.4 s for 277.5 -> 274.1 us). A graph
-            that lowered only with fewer pieces than asked tries no more.
+            again, into up to 1.4x the tasks. Smaller pieces shorten a chain of small layers
+            (the int8 MobileNetV3 39.3 -> 36.5 us; the int8 Inception v1 168.6 -> 156.3, which
+            the task limit leaves out) and lengthen others' (the int8 ResNet-18 122.0 -> 260.1
+            at 16), so the timed simulation decides. ``trial_pieces_tasks`` keeps every bench row's lowering under
+            20 s with room for a noisy machine: the int8 Inception v1 (1093 tasks) lowered in
+            14.0-20.2 s with its trial (12 s without), the float EfficientNet-B0 (1185) in
+            19.4 s for 277.5 -> 274.1 us. A graph that lowered only with fewer pieces than
+            asked tries no more.
         tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
             to try, every pair of them (an empty one: the setting's own value); the pair
             whose executable (list-scheduling orders) the timed simulation runs fastest is
@@ -112,7 +113,7 @@ class LowerSettings:
     min_rows: tuple[int, ...] = (2, 1)
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0,)
-    trial_pieces_tasks: int = 1100
+    trial_pieces_tasks: int = 1000
     tune_pieces: tuple[float, ...] = ()
     tune_efforts: tuple[int, ...] = ()
 
