@@ -89,11 +89,11 @@ class LowerSettings:
             again, into up to 1.4x the tasks. Smaller pieces shorten a chain of small layers
             (the int8 MobileNetV3 39.3 -> 36.5 us; the int8 Inception v1 168.6 -> 156.3, which
             the task limit leaves out) and lengthen others' (the int8 ResNet-18 122.0 -> 260.1
-            at 16), so the timed simulation decides. ``trial_pieces_tasks`` keeps every bench row's lowering under
-            20 s with room for a noisy machine: the int8 Inception v1 (1093 tasks) lowered in
-            14.0-20.2 s with its trial (12 s without), the float EfficientNet-B0 (1185) in
-            19.4 s for 277.5 -> 274.1 us. A graph that lowered only with fewer pieces than
-            asked tries no more.
+            at 16), so the timed simulation decides. ``trial_pieces_tasks`` keeps every bench
+            row's lowering under 20 s with room for a noisy machine: the int8 Inception v1
+            (1093 tasks) lowered in 14.0-20.2 s with its trial (12 s without), the float
+            EfficientNet-B0 (1185) in 19.4 s for 277.5 -> 274.1 us. A graph that lowered only
+            with fewer pieces than asked tries no more.
         tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
             to try, every pair of them (an empty one: the setting's own value); the pair
             whose executable (list-scheduling orders) the timed simulation runs fastest is
@@ -201,6 +201,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
         raise SettingsError(f"spread: one value or more, each > 0, got {list(settings.spread)}")
     if not settings.min_rows or not all(isinstance(m, int) and m >= 1 for m in settings.min_rows):
         raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
+    if not all(p >= 0 for p in settings.trial_pieces):
+        raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     if settings.tune_pieces or settings.tune_efforts:
         return _tuned(graph, target, settings)
     if settings.pieces_per_core > 0:

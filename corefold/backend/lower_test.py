@@ -929,6 +929,8 @@ def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is
         assert rep["pieces_per_core"] == kept and exe.meta["tasks"] == alone[kept][1]
     off = lower(g, t, replace(base, trial_pieces=(16.0,), trial_pieces_tasks=alone[8.0][1] - 1))
     assert "tilings_tried" not in off.meta["order"] and off.meta["order"]["pieces_per_core"] == 8.0
+    with pytest.raises(SettingsError, match="trial_pieces"):
+        lower(g, t, replace(base, trial_pieces=(-1.0,)))
 
 
 def test_on_a_board_a_box_crosses_to_each_chip_once_and_its_first_reader_there_relays_it():
