@@ -503,9 +503,8 @@ def _emit(lg: LoweredGraph, cl: Clustering, core_of: list, position: list[int], 
     io_core = min(set(core_of) or {target.host_router},
                   key=lambda c: (abs(c[0] - target.host_router[0]) + abs(c[1] - target.host_router[1]), c[1], c[0]))
     several = target.chips_x * target.chips_y > 1
-    chip = (target.mesh_width, target.mesh_height) if several and settings.relay_chips else None
     plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold, target.sram_bytes,
-                   shared, chip).run()
+                   shared, target.chip_of if several and settings.relay_chips else None).run()
     lay_out_memory(plan, target)
     ops: list[Op] = []
     task_ops: list[int | None] = []

@@ -22,7 +22,7 @@ position is a task's place in one global topological order:
 * a receive sits before the task that reads it, and the sending core keeps the sent
   buffer until that position (a *hold* event, no instruction), so that no wait points at
   later work (the executable's deadlock argument);
-* on a board of several chips (``chip``), a box that crosses chips is sent once per
+* on a board of several chips (``chip_of``), a box that crosses chips is sent once per
   destination chip: its first reader there (in position order) receives it from the
   producer and *relays* it, sending it on after its own task to every later reader on
   its chip, and holds it until their positions as a producer would. A chip-to-chip link
@@ -47,6 +47,7 @@ to sort, O(B^2) for the allocation of B buffers, O(S * E) for S spills.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,10 +132,10 @@ class Planner:
 
     def __init__(self, lg: LoweredGraph, core_of_task: list[Core], position: list[int], io_core: Core,
                  threshold: int, sram: int | None = None, shared: bool = False,
-                 chip: tuple[int, int] | None = None):
+                 chip_of: Callable[[int, int], tuple[int, int]] | None = None):
         self.threshold, self.shared, self.shared_pieces = threshold, shared, 0
-        # (width, height) of one chip when pieces crossing chips are relayed (module docstring)
-        self.chip = chip
+        # a core's chip (``Target.chip_of``) when pieces crossing chips are relayed (module docstring)
+        self.chip_of = chip_of
         self.relays: dict[tuple, tuple[Core, BView, int]] = {}
         self.sram = sram if sram is not None else threshold
         self.lg = lg
@@ -228,7 +229,7 @@ class Planner:
                                      region_view=_piece_view(p), after=waits))
             else:
                 src_core, src, send_at = self.core_of[ph.task], self.home_view(p), self.pos[ph.task]
-                if self.chip is not None:
+                if self.chip_of is not None:
                     src_core, src, send_at = self._relayed(core, at, p, dst, (src_core, src, send_at))
                 tag = self.tags
                 self.tags += 1
@@ -247,9 +248,8 @@ class Planner:
         then crosses the chips' links once per chip, not once per reader (module
         docstring). Tasks come in position order, so the first receiver is the earliest.
         O(1)."""
-        w, h = self.chip
-        here = (core[0] // w, core[1] // h)
-        if (source[0][0] // w, source[0][1] // h) == here:
+        here = self.chip_of(*core)
+        if self.chip_of(*source[0]) == here:
             return source
         key = (p.phys, p.src_shape, p.src_start, p.extent, here)
         first = self.relays.setdefault(key, (core, dst, at))

@@ -36,7 +36,8 @@ here. On lenet-tight it gives 1.95e5 against corefold's 3.85e5; a bound within 1
 have to charge those boundaries.
 
 Complexity: O(m log m) for the per-vertex bounds (each vertex's incident edges sorted
-twice), O(c^2) for K over c cores, and one LP over n variables and m/2 rows.
+twice), O(c^2) for K over c cores (up to :data:`RING_CORES`; a closed form above), and one
+LP over n variables and m/2 rows.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ from corefold.mapping.topology.model import Topology
 
 #: Above this many undirected edges, y = 1/2 replaces the linear program (module doc).
 LP_EDGES = 4_000_000
+#: Above this many cores, K(t) is not measured on the c x c hop distances but bounded by
+#: the cores of a diamond of L1 radius t, ``1 + 2 t (t + 1)`` (hops are at least the L1
+#: distance, so the bound stays valid, only looser near the board's edges).
+RING_CORES = 4096
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,17 @@ def _per_vertex(indptr, indices, weights, neurons, synapses, ncap, scap, steps, 
     return out
 
 
-def _rings(core_xy: np.ndarray, mesh_width: int, mesh_height: int, interchip_hop_cost: float):
-    """(steps t_{k+1} - t_k, K(t_k)) over the distinct hop distances of the cores. O(c^2)."""
+def _rings(core_xy: np.ndarray, mesh_width: int, mesh_height: int, interchip_hop_cost: float,
+           ring_cores: int = RING_CORES):
+    """(steps t_{k+1} - t_k, K(t_k)) over the distinct hop distances of the cores: O(c^2)
+    up to ``ring_cores`` cores; above, unit steps of L1 distance with K bounded by the
+    diamond (:data:`RING_CORES`), O(sqrt c)."""
+    c = len(core_xy)
+    if c > ring_cores:
+        t = np.arange(0, c + 1)
+        within = np.minimum(1 + 2 * t * (t + 1), c)
+        last = int(np.searchsorted(within, c)) + 1
+        return np.ones(last, np.float64), within[:last]
     dist = hop_distance_matrix(core_xy, mesh_width, mesh_height, interchip_hop_cost)
     ts = np.unique(dist)
     within = np.array([int((dist <= t).sum(axis=1).max()) for t in ts], np.int64)
@@ -140,7 +154,7 @@ def _rings(core_xy: np.ndarray, mesh_width: int, mesh_height: int, interchip_hop
 
 def traffic_bound(topo: Topology, core_xy: np.ndarray, mesh_width: int, mesh_height: int,
                   interchip_hop_cost: float, caps: tuple[int, int | None],
-                  lp_edges: int = LP_EDGES) -> TrafficBound:
+                  lp_edges: int = LP_EDGES, ring_cores: int = RING_CORES) -> TrafficBound:
     """A lower bound on T over every mapping of ``topo`` onto the cores ``core_xy`` (c, 2),
     global coordinates on chips of ``mesh_width`` x ``mesh_height``) in which no core holds
     more than ``caps`` = (neurons, synapses or None) (module docstring).
@@ -151,7 +165,7 @@ def traffic_bound(topo: Topology, core_xy: np.ndarray, mesh_width: int, mesh_hei
 
     loads = loads_of(topo)
     ncap, scap = int(caps[0]), -1 if caps[1] is None else int(caps[1])
-    steps, within = _rings(np.asarray(core_xy), mesh_width, mesh_height, interchip_hop_cost)
+    steps, within = _rings(np.asarray(core_xy), mesh_width, mesh_height, interchip_hop_cost, ring_cores)
     per = _per_vertex(np.asarray(topo.indptr, np.int64), np.asarray(topo.indices, np.int64),
                       np.asarray(topo.weights, np.float64), loads[:, 0].copy(), loads[:, 1].copy(),
                       ncap, scap, steps.astype(np.float64), within.astype(np.float64))

@@ -53,6 +53,9 @@ def test_the_bound_never_exceeds_the_optimum_found_by_enumeration(seed):
     bound = traffic_bound(topo, xy, mw, mh, kappa, (ncap, scap))
     best = _optimum(topo, xy, mw, mh, kappa, (ncap, scap))
     assert bound.value <= best + 1e-9
+    # a large board's closed-form ring sizes (L1 diamonds) give a bound no higher
+    diamond = traffic_bound(topo, xy, mw, mh, kappa, (ncap, scap), ring_cores=0)
+    assert diamond.value <= bound.value + 1e-9
     assert bound.half <= bound.value + 1e-9 and bound.method == "lp"
     rows = np.repeat(np.arange(7), np.diff(topo.indptr))
     assert (bound.charged[rows] + bound.charged[topo.indices] <= 1 + 1e-9).all()
