@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from corefold.backend.executable import Executable, Op, target_fingerprint
-from corefold.backend.instructions import Compute
+from corefold.backend.assemble import arrival_times, assemble_into, run_latency
+from corefold.backend.executable import Executable
 from corefold.backend.lgraph import LoweredGraph, build
 from corefold.backend.place import Clustering, cluster, place_on_mesh
 from corefold.backend.tile import tile
@@ -257,7 +257,7 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
                 room = exe.meta["clustering_headroom"]  # None: no group holds weights
                 made.append((spread, headroom, math.inf if room is None else room,
                              exe.meta["clustering_spread_limited"]))
-                tried.append({**entry, "latency_s": _latency(time_executable(exe, target))})
+                tried.append({**entry, "latency_s": run_latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
         return lower(graph, target, untuned)
@@ -284,41 +284,6 @@ def _repeats(spread: float, headroom: float, made: list[tuple[float, float, floa
                for s, h, room, limited in made)
 
 
-@dataclass
-class _Trial:
-    """One clustering's mesh placement, list orders and list executable (:func:`_build`)."""
-
-    cl: Clustering
-    core_of: list
-    base: list[int]
-    report: dict
-    built: dict = field(default_factory=dict)
-    errors: dict = field(default_factory=dict)
-    runs: dict = field(default_factory=dict)
-
-    @property
-    def latency(self) -> float:
-        return self.built["list"][0] if "list" in self.built else math.inf
-
-
-def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
-           times: dict) -> _Trial:
-    """Steps 3 to 5 of ``cl`` with the list-scheduling orders: place on the mesh, order,
-    emit, and time the executable when ``timed``."""
-    from corefold.backend.order import order_tasks
-
-    t = time.perf_counter()
-    cores = place_on_mesh(cl, target, settings.seed, settings.placement_effort)
-    core_of = [cores[g] for g in cl.group]
-    times["mesh"] = times.get("mesh", 0.0) + time.perf_counter() - t
-    t = time.perf_counter()
-    base, report = order_tasks(lg, cl, core_of, target, 0.0)
-    trial = _Trial(cl, core_of, base, report)
-    _build(trial.built, trial.errors, trial.runs, "list", lg, cl, core_of, base, target, settings, timed=timed)
-    times["order"] = times.get("order", 0.0) + time.perf_counter() - t
-    return trial
-
-
 def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
     from corefold.backend.order import order_tasks
 
@@ -330,33 +295,11 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     trials_on = timed and len(lg.tasks) <= settings.trial_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    first = (settings.spread[0], settings.headroom[0])
-    trials = [(first, _trial(lg, cl, target, settings, timed, times))]
-    made = [(*first, cl.headroom, cl.spread_limited)]
-    tried: list[list] = []
-    for spread, headroom in _grid(settings)[1:] if trials_on else ():
-        if _repeats(spread, headroom, made):
-            continue  # that clustering again
-        # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
-        # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
-        # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
-        # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
-        t = time.perf_counter()
-        try:
-            other = cluster(lg, target, settings.acyclic, spread, headroom)
-        except CompileError as exc:
-            tried.append([spread, headroom, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        made.append((spread, headroom, other.headroom, other.spread_limited))
-        trials.append(((spread, headroom), _trial(lg, other, target, settings, timed, times)))
-    tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in trials]
-    (spread, headroom), trial = min(trials, key=lambda ht: ht[1].latency)  # the first on a tie
+    (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times)
     lg, trial, min_rows, pieces, rows_tried = _other_tilings(graph, target, settings, lg, trial, spread, headroom,
-                                                     trials_on, times)
+                                                             trials_on, times)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
-    built, errors, runs = trial.built, trial.errors, trial.runs
+    built, errors, arrival = trial.built, trial.errors, trial.arrival
     t = time.perf_counter()
     shared = False
     shared_tried = trials_on and _shares(lg, core_of, base, target)
@@ -367,22 +310,22 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         # follows. Float EfficientNet-B0 505.8 -> 443.6 us; float Inception v1, 542.4 ->
         # 590.1 with sharing alone, keeps the strict rule.
         alt: tuple[dict, dict, dict] = ({}, {}, {})
-        _build(*alt, "list", lg, cl, core_of, base, target, settings, timed=True, shared=True)
+        assemble_into(*alt, "list", lg, cl, core_of, base, target, settings, timed=True, shared=True)
         if "list" in alt[0] and ("list" not in built or alt[0]["list"][0] < built["list"][0]):
-            (built, errors, runs), shared = alt, True
+            built, errors, shared = alt[0], alt[1], True
+            arrival = arrival_times(lg, cl, *alt[2]["list"])
     position = base
     if settings.order_budget_seconds > 0:
-        arrival = _arrivals(lg, cl, *runs["list"]) if "list" in runs else None
         position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds, arrival)
-    times["order"] += time.perf_counter() - t
+    times["order"] = times.get("order", 0.0) + time.perf_counter() - t
     t = time.perf_counter()
     if position != base:
         # NOTE: the M3 search orders each core alone; the data other cores send it gets
         # release times (the arrivals above), but the search still cannot see how its order
         # moves other cores' work. The whole chip's timed simulation decides; an order whose
         # executable does not fit the cores is dropped (the lowering fails only when both do).
-        _build(built, errors, runs, "search", lg, cl, core_of, position, target, settings, timed=True,
-               shared=shared)
+        assemble_into(built, errors, {}, "search", lg, cl, core_of, position, target, settings, timed=True,
+                      shared=shared)
     if timed:
         names = {"search": "searched", "list": "list"}
         order_report.update({f"{names[k]}_latency_s": v[0] for k, v in built.items()})
@@ -411,7 +354,82 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     return exe
 
 
-def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: "_Trial",
+@dataclass
+class _Trial:
+    """One clustering's mesh placement, list orders and list executable
+    (:func:`~corefold.backend.assemble.assemble_into`), with each task's end in its timed
+    run (``arrival``, :func:`~corefold.backend.assemble.arrival_times`; None untimed)."""
+
+    cl: Clustering
+    core_of: list
+    base: list[int]
+    report: dict
+    built: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    arrival: np.ndarray | None = None
+
+    @property
+    def latency(self) -> float:
+        return self.built["list"][0] if "list" in self.built else math.inf
+
+
+def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
+           times: dict) -> _Trial:
+    """Steps 3 to 5 of ``cl`` with the list-scheduling orders: place on the mesh, order,
+    emit, and time the executable when ``timed``."""
+    from corefold.backend.order import order_tasks
+
+    t = time.perf_counter()
+    cores = place_on_mesh(cl, target, settings.seed, settings.placement_effort)
+    core_of = [cores[g] for g in cl.group]
+    times["mesh"] = times.get("mesh", 0.0) + time.perf_counter() - t
+    t = time.perf_counter()
+    base, report = order_tasks(lg, cl, core_of, target, 0.0)
+    trial = _Trial(cl, core_of, base, report)
+    runs: dict = {}
+    assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target, settings, timed=timed)
+    if "list" in runs:
+        trial.arrival = arrival_times(lg, cl, *runs["list"])
+    times["order"] = times.get("order", 0.0) + time.perf_counter() - t
+    return trial
+
+
+def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
+                 trials_on: bool, times: dict):
+    """``((spread, headroom), trial, [[spread, headroom, list latency or error], ...])``:
+    the first clustering ``cl``'s trial, or that of another ``spread`` and ``headroom`` pair
+    whose list executable the timed simulation runs faster (the first on a tie). A pair
+    whose clustering would repeat one made before is skipped (:func:`_repeats`). O(pairs)
+    clusterings and trials."""
+    pairs = [(settings.spread[0], settings.headroom[0])]
+    clusterings = [cl]
+    made = [(*pairs[0], cl.headroom, cl.spread_limited)]
+    tried: list[list] = []
+    for spread, headroom in _grid(settings)[1:] if trials_on else ():
+        if _repeats(spread, headroom, made):
+            continue  # that clustering again
+        t = time.perf_counter()
+        try:
+            other = cluster(lg, target, settings.acyclic, spread, headroom)
+        except CompileError as exc:
+            tried.append([spread, headroom, str(exc)])
+            continue
+        finally:
+            times["tile_place"] += time.perf_counter() - t
+        made.append((spread, headroom, other.headroom, other.spread_limited))
+        pairs.append((spread, headroom))
+        clusterings.append(other)
+    # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
+    # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
+    # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
+    # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
+    trials = [_trial(lg, c, target, settings, timed, times) for c in clusterings]
+    tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in zip(pairs, trials, strict=True)]
+    best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
+    return pairs[best], trials[best], tried
+
+
+def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: _Trial,
                    spread: float, headroom: float, trials_on: bool, times: dict):
     """``(lowered graph, its trial, min_rows, pieces_per_core, [[min_rows, pieces_per_core,
     list latency or error], ...])``: the first tiling's, or that of a further
@@ -450,96 +468,6 @@ def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target
     probe = Planner(lg, core_of, position, core_of[0], target.core_memory_threshold, target.sram_bytes, True)
     probe.homes()
     return probe.shared_pieces > 0
-
-
-def _latency(run) -> float:
-    return float(run.run_end - run.run_start)
-
-
-def _build(built: dict, errors: dict, runs: dict, kind: str, lg: LoweredGraph, cl: Clustering, core_of: list,
-           position: list[int], target: Target, settings: LowerSettings, timed: bool, shared: bool = False) -> None:
-    """Emit the executable of ``position``; with ``timed``, time it into ``runs[kind]``
-    (even when it then fails the resource check: the timing stands without it). Into
-    ``built[kind]`` as ``(latency, executable)`` if it passes the check, else its
-    :class:`CompileError` into ``errors[kind]``."""
-    try:
-        exe = _emit(lg, cl, core_of, position, target, settings, shared)
-    except CompileError as exc:
-        errors[kind] = exc
-        return
-    latency = 0.0
-    if timed:
-        from corefold.sim.timed import time_executable
-
-        runs[kind] = (exe, time_executable(exe, target))
-        latency = _latency(runs[kind][1])
-    try:
-        check_resources(exe, target)
-    except CompileError as exc:
-        errors[kind] = exc
-        return
-    built[kind] = (latency, exe)
-
-
-def _arrivals(lg: LoweredGraph, cl: Clustering, exe: Executable, run) -> np.ndarray:
-    """Each task's end in the timed ``run`` of ``exe`` (from the run's start), the
-    clustering's estimate for tasks without a compute instruction. O(instructions)."""
-    end = np.array(cl.end, dtype=np.float64)
-    task_of_op = [i for i, task in enumerate(lg.tasks) if task.op is not None]
-    for c, program in enumerate(exe.programs):
-        for j, ins in enumerate(program.instructions):
-            if isinstance(ins, Compute):
-                end[task_of_op[ins.op]] = run.finish(c, j) - run.run_start
-    return end
-
-
-def _emit(lg: LoweredGraph, cl: Clustering, core_of: list, position: list[int], target: Target,
-          settings: LowerSettings, shared: bool = False) -> Executable:
-    """Steps 4 and 5 for one global order ``position``: plan SRAM, route, emit, pack
-    (``shared``: see :class:`~corefold.backend.plan.Planner`)."""
-    from corefold.backend.emit import emit, lay_out_memory
-    from corefold.backend.plan import Planner
-
-    io_core = min(set(core_of) or {target.host_router},
-                  key=lambda c: (abs(c[0] - target.host_router[0]) + abs(c[1] - target.host_router[1]), c[1], c[0]))
-    several = target.chips_x * target.chips_y > 1
-    plan = Planner(lg, core_of, position, io_core, target.core_memory_threshold, target.sram_bytes,
-                   shared, target.chip_of if several and settings.relay_chips else None).run()
-    lay_out_memory(plan, target)
-    ops: list[Op] = []
-    task_ops: list[int | None] = []
-    for task in lg.tasks:
-        if task.op is None:
-            task_ops.append(None)
-        else:
-            task_ops.append(len(ops))
-            ops.append(task.op)
-    programs, buffers, weights, regions, inputs, outputs = emit(plan, lg, target, task_ops,
-                                                                [task.seconds for task in lg.tasks],
-                                                                settings.dram_interleave)
-    return Executable(target_fingerprint(target), programs, buffers, weights, regions, inputs, outputs, ops)
-
-
-def check_resources(exe: Executable, target: Target) -> None:
-    """The instruction memory and NoC buffers of every core.
-
-    Raises:
-        CompileError: a core's encoded program exceeds its instruction memory, or it
-            receives from more cores than its NoC buffers hold streams for.
-    """
-    from corefold.backend.cfx import program_bytes
-    from corefold.backend.executable import Recv
-
-    for p in exe.programs:
-        size = program_bytes(p)
-        if size > target.instruction_bytes:
-            raise CompileError("instruction memory", f"core ({p.core[0]},{p.core[1]})", size,
-                               target.instruction_bytes, f"{len(p.instructions)} instructions")
-        sources = {ins.src_core for ins in p.instructions if isinstance(ins, Recv)}
-        need = len(sources) * target.noc_stream_buffer_bytes
-        if need > target.noc_buffer_bytes:
-            raise CompileError("NoC buffers", f"core ({p.core[0]},{p.core[1]})", need, target.noc_buffer_bytes,
-                               f"receives from {len(sources)} cores")
 
 
 def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> CompileError | None:

@@ -541,7 +541,8 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=())
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
-    real = lower_mod._emit
+    assemble = importlib.import_module("corefold.backend.assemble")
+    real = assemble.emit_executable
     calls = []
 
     def failing_search(lg, cl, core_of, position, target, settings, shared):
@@ -550,7 +551,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
             raise CompileError("SRAM", "core (0,0)", 2, 1, "made to fail")
         return real(lg, cl, core_of, position, target, settings, shared)
 
-    monkeypatch.setattr(lower_mod, "_emit", failing_search)
+    monkeypatch.setattr(assemble, "emit_executable", failing_search)
     exe = lower(g, t, one)
     rep = exe.meta["order"]
     # the list orders (once, or twice with the sharing trial), then the searched ones once
@@ -593,7 +594,7 @@ def test_a_core_takes_the_searched_order_only_when_the_search_finds_it_faster(mo
 
 
 def test_the_searchs_release_times_are_the_timed_ends_of_the_list_executable():
-    """``_arrivals``: every task with a compute instruction gets that instruction's finish in
+    """``arrival_times``: every task with a compute instruction gets that instruction's finish in
     the timed run (from the run's start); the others keep the clustering's estimate."""
     import importlib
 
@@ -609,9 +610,11 @@ def test_the_searchs_release_times_are_the_timed_ends_of_the_list_executable():
     cores = place_on_mesh(cl, t, 0, 1)
     core_of = [cores[k] for k in cl.group]
     base, _ = order_tasks(lg, cl, core_of, t, 0.0)
-    exe = lower_mod._emit(lg, cl, core_of, base, t, lower_mod.DEFAULT)
+    from corefold.backend.assemble import arrival_times, emit_executable
+
+    exe = emit_executable(lg, cl, core_of, base, t, lower_mod.DEFAULT)
     run_ = time_executable(exe, t)
-    ends = lower_mod._arrivals(lg, cl, exe, run_)
+    ends = arrival_times(lg, cl, exe, run_)
     op_tasks = [i for i, task in enumerate(lg.tasks) if task.op is not None]
     seen = set()
     for c, program in enumerate(exe.programs):
@@ -703,6 +706,7 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     import importlib
     import re
 
+    from corefold.backend.assemble import emit_executable
     from corefold.backend.executable import Copy
     from corefold.sim.timed import time_executable
 
@@ -718,7 +722,7 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     position = [0] * len(order)
     for at, i in enumerate(order):
         position[i] = at
-    exes = {s: lower_mod._emit(lg, None, core_of, position, t, lower_mod.DEFAULT, s) for s in (False, True)}
+    exes = {s: emit_executable(lg, None, core_of, position, t, lower_mod.DEFAULT, s) for s in (False, True)}
 
     def copies(exe):
         return sum(isinstance(ins, Copy) for p in exe.programs for ins in p.instructions)
@@ -740,7 +744,7 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     latency = {}
     for s in (False, True):
         lg, cl = lower_mod._prepare(g, t)
-        r = time_executable(lower_mod._emit(lg, cl, *_list_orders(lg, cl, t), t, lower_mod.DEFAULT, s), t)
+        r = time_executable(emit_executable(lg, cl, *_list_orders(lg, cl, t), t, lower_mod.DEFAULT, s), t)
         latency[s] = r.run_end - r.run_start
     # not tried only when the probe found nothing to share: both ways are then the same
     assert rep["shared_tried"] or latency[True] == latency[False]
