@@ -179,3 +179,35 @@ def test_a_quantized_model_lowers_and_runs_in_sim(tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "MISMATCH" not in out.out
+
+
+def test_on_a_terminal_one_line_shows_the_step_lowering_is_at_and_quiet_shows_none(tmp_path, monkeypatch, capsys):
+    """The progress line goes to stderr only on a terminal (the lowering's steps, as
+    ``lower(progress=...)`` names them), never under ``--quiet``; stdout is the same."""
+    import sys
+
+    from corefold.cli.lower import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for quiet in (False, True):
+        screen = Terminal()
+        monkeypatch.setattr(sys, "stderr", screen)
+        with _progress(quiet) as step:
+            step("tile and cluster (8 pieces per core)")
+            step("order search (1 s budget)")
+        text = screen.getvalue()
+        shown = ["lower: tile and cluster (8 pieces per core) [", "lower: order search (1 s budget) ["]
+        assert all(line in text for line in shown) != quiet, text
+        assert (text == "") == quiet
+    monkeypatch.undo()
+    outs = []
+    for extra in ([], ["--quiet"]):
+        cfx = tmp_path / f"tiny{len(extra)}.cfx"
+        assert main(["lower", MODEL, "--target", "npu-2x2", "-o", str(cfx), *extra]) == 0
+        out = capsys.readouterr()
+        assert out.err == ""  # not a terminal: no progress line either way
+        outs.append(re.sub(r"lower time .*|wrote .*", "", out.out))
+    assert outs[0] == outs[1]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -180,8 +181,11 @@ class _NoRetry(CompileError):
     """A CompileError smaller operator pieces cannot cure."""
 
 
-def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Executable:
+def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
+          progress: Callable[[str], None] | None = None) -> Executable:
     """Lower ``graph`` (static shapes) onto ``target``; the graph is not modified.
+    ``progress`` is told of each step as it starts, in a few words ("tile and cluster",
+    "trial: spread 4 headroom 0.5", "order search", ...); ``corefold lower`` shows them.
 
     Pieces cut for parallelism replicate weights and add buffers, so when a lowering with
     ``settings.pieces_per_core`` runs out of a resource, it is tried again with half of
@@ -203,27 +207,35 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Ex
         raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
+    say = progress or _silent
     if settings.tune_pieces or settings.tune_efforts:
-        return _tuned(graph, target, settings)
+        return _tuned(graph, target, settings, say)
     if settings.pieces_per_core > 0:
         # what every try ends with: when tile and cluster fail with only what does not fit a
         # core cut, the cut tries (replicated weights, halos, more buffers) fail too, so a
         # subgraph M1 must split fails after one tile-and-cluster, not three
+        say("check that it fits")
         _prepare(graph, target, replace(settings, pieces_per_core=0.0))
     p = settings.pieces_per_core
     tries = [p, p / 2, p / 4, 0.0] if p > 0 else [0.0]
     for i, pieces in enumerate(tries):
         try:
             fewer = {} if i == 0 else {"trial_pieces": ()}  # more pieces ran out of a resource already
+            if i:
+                say(f"again with {pieces:g} pieces per core")
             return _lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1 else 0.0,
-                                                      **fewer))
+                                                      **fewer), say)
         except CompileError:
             if i == len(tries) - 1:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
+def _silent(step: str) -> None:
+    pass
+
+
+def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[[str], None]) -> Executable:
     """:func:`lower` with each pair of ``settings.tune_pieces`` x ``settings.tune_efforts``,
     each ``min_rows`` and each clustering (every ``spread`` with every ``headroom``) without
     the order search, timed on the whole chip; the fastest is lowered again with the search.
@@ -249,6 +261,8 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
                                 spread=(spread,), headroom=(headroom,), min_rows=(rows,))
                 entry = {"pieces_per_core": pieces, "placement_effort": effort, "min_rows": rows, "spread": spread,
                          "headroom": headroom}
+                say(f"tune: {pieces:g} pieces per core, effort {effort}, min_rows {rows}, spread {spread:g} "
+                    f"headroom {headroom:g}")
                 try:
                     exe = lower(graph, target, trial)
                 except CompileError as exc:
@@ -260,11 +274,12 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
                 tried.append({**entry, "latency_s": run_latency(time_executable(exe, target))})
     timed = [t for t in tried if "latency_s" in t]
     if not timed:  # every pair fails: the settings' own error
-        return lower(graph, target, untuned)
+        return lower(graph, target, untuned, progress=say)
     best = min(timed, key=lambda t: t["latency_s"])
+    say("the fastest pair with the order search")
     exe = lower(graph, target, replace(untuned, pieces_per_core=best["pieces_per_core"],
                                        placement_effort=best["placement_effort"], spread=(best["spread"],),
-                                       headroom=(best["headroom"],), min_rows=(best["min_rows"],)))
+                                       headroom=(best["headroom"],), min_rows=(best["min_rows"],)), progress=say)
     exe.meta["tuning"] = tried
     return exe
 
@@ -284,10 +299,11 @@ def _repeats(spread: float, headroom: float, made: list[tuple[float, float, floa
                for s, h, room, limited in made)
 
 
-def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Executable:
+def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Callable[[str], None]) -> Executable:
     from corefold.backend.order import order_tasks
 
     times: dict[str, float] = {}
+    say(f"tile and cluster ({settings.pieces_per_core:g} pieces per core)")
     t0 = time.perf_counter()
     lg, cl = _prepare(graph, target, settings)
     times["tile_place"] = time.perf_counter() - t0
@@ -295,15 +311,16 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
     trials_on = timed and len(lg.tasks) <= settings.trial_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times)
+    (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
     lg, trial, min_rows, pieces, rows_tried = _other_tilings(graph, target, settings, lg, trial, spread, headroom,
-                                                             trials_on, times)
+                                                             trials_on, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, arrival = trial.built, trial.errors, trial.arrival
     t = time.perf_counter()
     shared = False
     shared_tried = trials_on and _shares(lg, core_of, base, target)
     if shared_tried:
+        say("trial: pieces computed in place")
         # NOTE: computing a piece in place of an assembly that other tasks read too (a band
         # and its halo rows) saves a copy and a buffer, or costs SRAM (Planner.homes): no
         # rule told which beforehand, so the timed simulation decides, and the search
@@ -316,6 +333,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
             arrival = arrival_times(lg, cl, *alt[2]["list"])
     position = base
     if settings.order_budget_seconds > 0:
+        say(f"order search ({settings.order_budget_seconds:g} s budget)")
         position, order_report = order_tasks(lg, cl, core_of, target, settings.order_budget_seconds, arrival)
     times["order"] = times.get("order", 0.0) + time.perf_counter() - t
     t = time.perf_counter()
@@ -324,6 +342,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings) -> Execut
         # release times (the arrivals above), but the search still cannot see how its order
         # moves other cores' work. The whole chip's timed simulation decides; an order whose
         # executable does not fit the cores is dropped (the lowering fails only when both do).
+        say("emit and time the searched orders")
         assemble_into(built, errors, {}, "search", lg, cl, core_of, position, target, settings, timed=True,
                       shared=shared)
     if timed:
@@ -395,7 +414,7 @@ def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSett
 
 
 def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
-                 trials_on: bool, times: dict):
+                 trials_on: bool, times: dict, say: Callable[[str], None]):
     """``((spread, headroom), trial, [[spread, headroom, list latency or error], ...])``:
     the first clustering ``cl``'s trial, or that of another ``spread`` and ``headroom`` pair
     whose list executable the timed simulation runs faster (the first on a tie). A pair
@@ -408,6 +427,7 @@ def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: Low
     for spread, headroom in _grid(settings)[1:] if trials_on else ():
         if _repeats(spread, headroom, made):
             continue  # that clustering again
+        say(f"cluster: spread {spread:g} headroom {headroom:g}")
         t = time.perf_counter()
         try:
             other = cluster(lg, target, settings.acyclic, spread, headroom)
@@ -423,14 +443,17 @@ def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: Low
     # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
     # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
     # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
-    trials = [_trial(lg, c, target, settings, timed, times) for c in clusterings]
+    trials = []
+    for (spread, headroom), c in zip(pairs, clusterings, strict=True):
+        say(f"trial: spread {spread:g} headroom {headroom:g}" if timed else "place, order and emit")
+        trials.append(_trial(lg, c, target, settings, timed, times))
     tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in zip(pairs, trials, strict=True)]
     best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
     return pairs[best], trials[best], tried
 
 
 def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: _Trial,
-                   spread: float, headroom: float, trials_on: bool, times: dict):
+                   spread: float, headroom: float, trials_on: bool, times: dict, say: Callable[[str], None]):
     """``(lowered graph, its trial, min_rows, pieces_per_core, [[min_rows, pieces_per_core,
     list latency or error], ...])``: the first tiling's, or that of a further
     ``settings.min_rows`` value, then of a further ``settings.trial_pieces`` value (with the
@@ -443,6 +466,7 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
         variants += [(None, p) for p in settings.trial_pieces if p != pieces]
     for m, p in variants if trials_on else ():
         m = kept if m is None else m  # the pieces' trials follow the min_rows kept
+        say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
         t = time.perf_counter()
         try:
             other_lg, other_cl = _prepare(graph, target, replace(settings, min_rows=(m,), pieces_per_core=p,

@@ -976,3 +976,40 @@ def test_on_a_board_a_box_crosses_to_each_chip_once_and_its_first_reader_there_r
     assert max(crossing[False].values()) > 1
     assert max(crossing[True].values()) == 1
     assert sum(crossing[True].values()) < sum(crossing[False].values())
+
+
+def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists():
+    """``lower(progress=...)``: the fit check, the first tiling, one ``cluster:`` step per
+    other clustering made, one ``trial:`` step per clustering timed (the pairs of
+    ``clusterings_tried`` that have a latency), one per other tiling (``tilings_tried``),
+    then the order search; the fast preset (nothing timed) places, orders and emits once.
+    The executable is the one lowered without ``progress``."""
+    import re
+
+    from corefold.backend.cfx import to_bytes
+    from corefold.backend.lower import DEFAULT, FAST
+
+    g = _conv_chain(16, 16, 4)
+    t = load_target("npu-2x2")
+    steps: list[str] = []
+    exe = lower(g, t, DEFAULT, progress=steps.append)
+    rep = exe.meta["order"]
+    assert steps[:2] == ["check that it fits", "tile and cluster (8 pieces per core)"]
+    tried = rep.get("clusterings_tried", [[rep["spread"], rep["headroom"], 0.0]])
+    timed = [(s, h) for s, h, v in tried if isinstance(v, float)]
+    trials = [tuple(map(float, m.groups())) for m in
+              (re.fullmatch(r"trial: spread (\S+) headroom (\S+)", s) for s in steps) if m]
+    assert trials == sorted(timed) and len(trials) >= 2
+    made = [s for s in steps if s.startswith("cluster: ")]
+    assert len(made) == len(rep.get("clusterings_tried", [])) - 1
+    tilings = [tuple(map(float, m.groups())) for m in
+               (re.fullmatch(r"trial: tiling with min_rows (\d+), (\S+) pieces per core", s) for s in steps) if m]
+    assert tilings == [tuple(map(float, r[:2])) for r in rep["tilings_tried"][1:]]
+    assert steps.index("order search (1 s budget)") > max(i for i, s in enumerate(steps) if s.startswith("trial: "))
+    exe.meta.pop("lower_seconds")
+    again = lower(g, t, DEFAULT)
+    again.meta.pop("lower_seconds")
+    assert to_bytes(again) == to_bytes(exe)
+    fast: list[str] = []
+    lower(g, t, FAST, progress=fast.append)
+    assert fast == ["check that it fits", "tile and cluster (8 pieces per core)", "place, order and emit"]

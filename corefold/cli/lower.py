@@ -6,13 +6,16 @@ against its capacity, the resident weights and the lowering time per step. A mod
 does not fit ends in the backend's one-line :class:`~corefold.errors.CompileError` naming
 the resource (exit 2), before anything is written. ``--plot`` draws the placement (needs
 matplotlib), ``--report`` writes the executable's summary and the lowering statistics as
-JSON. Settings: the ``--preset``, then ``--seed``, then each ``--set NAME=VALUE``
+JSON. On a terminal, one line on stderr shows the step the lowering is at (``--quiet``:
+none). Settings: the ``--preset``, then ``--seed``, then each ``--set NAME=VALUE``
 (``--help-settings`` lists them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 
 from corefold.cli.common import (
     add_shape_argument,
@@ -37,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_arguments(p, SETTINGS)
     p.add_argument("--plot", metavar="placed.png", help="draw the placement on the mesh (needs matplotlib)")
     p.add_argument("--report", metavar="lower.json", help="write the executable's summary and lowering statistics")
+    p.add_argument("--quiet", action="store_true", help="no progress line (it shows only on a terminal)")
 
 
 def settings_from_args(args: argparse.Namespace):
@@ -97,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     target = load_target(args.target)
     graph = load_model(args.model, shape_bindings(args), values=value_bindings(args))
     t0 = time.perf_counter()
-    exe = lower(graph, target, settings)
+    with _progress(args.quiet) as step:
+        exe = lower(graph, target, settings, progress=step)
     seconds = time.perf_counter() - t0
     data = to_bytes(exe)
     summary = lowering_summary(exe, target, seconds, len(data))
@@ -118,6 +123,22 @@ def run(args: argparse.Namespace) -> int:
     print_summary(args.model, summary)
     print(f"wrote        {', '.join(paths)}")
     return 0
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool):
+    """A one-line progress display on stderr (on a terminal, unless ``quiet``): the step
+    :func:`~corefold.backend.lower` is at, the steps so far and the time."""
+    from tqdm import tqdm
+
+    # a few dozen steps at most: each one is shown (mininterval 0)
+    with tqdm(desc="lower", unit="step", file=sys.stderr, leave=False, disable=True if quiet else None,
+              mininterval=0, bar_format="{desc} [{elapsed}, step {n_fmt}]") as bar:
+        def step(text: str) -> None:
+            bar.set_description_str(f"lower: {text}", refresh=False)
+            bar.update(1)
+
+        yield step
 
 
 def lowering_summary(exe, target, seconds: float, file_bytes: int) -> dict:
