@@ -20,6 +20,9 @@ model:
 * In the slow set the same SQNR must also be at least that of ONNX Runtime's
   ``quantize_static`` (QDQ, u8 asymmetric activations, s8 per-channel weights, the same
   calibration samples) minus ``ORT_MARGIN_DB``.
+* ``lower`` (``LOWERED``: BERT, GPT-2, MobileNetV3): the backend's float executable on the
+  ``npu`` preset computes the executor's outputs within 1e-5 of the output scale, and the
+  int8 one simulates equal to the integer runner.
 
 The default set (``FAST``) is a few small models, about a minute on 2 cores with a cold
 export cache (exports are cached under ``build/torch_zoo/`` keyed by every library version).
@@ -134,3 +137,42 @@ def test_run_quantize(name, exporter, tmp_path):
     if SLOW:
         theirs = _ort_sqnr(src, calib, evals, ref, tmp_path)
         assert ours >= theirs - ORT_MARGIN_DB, f"corefold {ours:.2f} dB < ONNX Runtime {theirs:.2f} dB"
+
+
+#: architectures lowered onto the ``npu`` preset (float and int8): attention (BERT, GPT-2's
+#: causal mask) and a CNN with squeeze-excitations, each from one exporter
+LOWERED = [("bert", "script"), ("gpt2", "dynamo"), ("mobilenet_v3_small", "dynamo")]
+
+
+@pytest.mark.parametrize("name,exporter", LOWERED)
+def test_lower(name, exporter, tmp_path):
+    """``backend.lower`` onto the 8 x 8 ``npu`` preset: the float executable computes the
+    executor's outputs within 1e-5 of the output scale (pieces of split reductions
+    reassociate), and the model quantized by corefold (default settings) simulates equal
+    to the integer runner, element for element."""
+    from corefold.backend import lower, run_executable
+    from corefold.executor import run
+    from corefold.frontend.onnx import load_model
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.sim.simulate import run_simulation
+    from corefold.target import load_target
+
+    target = load_target("npu")
+    src = quant_models.zoo_model(name, exporter == "dynamo")
+    graph = load_model(src)
+    feeds = quant_models.zoo_inputs(name, src, 1, seed=2)[0]
+    want = run(graph, feeds)
+    got = run_executable(lower(graph, target), feeds)
+    scale = max(float(np.max(np.abs(w))) for w in want.values())
+    assert scale > 0
+    for k, w in want.items():
+        assert np.max(np.abs(got[k].astype(np.float64) - w)) <= 1e-5 * scale, k
+    calib = quant_models.zoo_inputs(name, src, 4, seed=1)
+    np.savez(tmp_path / "c.npz", **{k: np.concatenate([f[k] for f in calib]) for k in calib[0]})
+    quantize_graph(graph, load_calibration(tmp_path / "c.npz", graph), QuantizeSettings(), progress=False)
+    exe = lower(graph, target)
+    assert any(b.dtype == "int8" for b in exe.buffers if b.kind == "weight")
+    sim = run_simulation(exe, feeds, target)
+    for k, w in IntegerRunner(graph).run(feeds).items():
+        np.testing.assert_array_equal(sim.outputs[k], w)
