@@ -78,12 +78,13 @@ def lower_for(target: Target, settings=None):
 
 
 def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
-           budget_seconds: float = 0.25) -> tuple[list[Any], int]:
+           budget_seconds: float = 0.25, progress=None) -> tuple[list[Any], int]:
     """Lower each kept subgraph again with the M3 order search on every core.
 
     An order changes the buffers' lifetimes, so a subgraph that compiled with the
     list-scheduling order may not with the searched one: it keeps its candidate
-    executable. Returns the executables and how many were replaced. O(executables)
+    executable. Returns the executables and how many were replaced; ``progress``
+    (``tqdm``-like: ``update(n)``) is told of each subgraph done. O(executables)
     lowerings.
     """
     from corefold.backend.lower import LowerSettings, lower
@@ -96,6 +97,8 @@ def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
             replaced += 1
         except CompileError:
             out.append(exe)
+        if progress is not None:
+            progress.update(1)
     return out, replaced
 
 
@@ -216,7 +219,17 @@ def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend,
     build = Build(graph, target, res, executables, subgraphs, quantize_report=ctx.data.get("quantize"))
     if own_backend:
         if settings.polish:
-            executables, build.polished = polish(executables, subgraphs, target, settings.polish_seconds)
+            shown = None
+            if bar is not None:  # progress bars on: one for the polish, whose lowerings take longest
+                from tqdm import tqdm
+
+                shown = tqdm(total=len(executables), desc="polish", unit=" executable", leave=False)
+            try:
+                executables, build.polished = polish(executables, subgraphs, target, settings.polish_seconds,
+                                                     shown)
+            finally:
+                if shown is not None:
+                    shown.close()
         build.executables = link(executables, graph)
     if settings.strategies_table:
         build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,
