@@ -134,9 +134,10 @@ class View:
         """True when the view covers the whole buffer."""
         return all(s == 0 for s in self.start) and tuple(self.extent) == tuple(self.shape)
 
-    def index(self) -> tuple[slice, ...]:
-        """The NumPy index of the sub-box into ``array.reshape(shape)``."""
-        return tuple(slice(s, s + e) for s, e in zip(self.start, self.extent, strict=True))
+    def index(self) -> tuple:
+        """The NumPy index of the sub-box into ``array.reshape(shape)``; ``(...,)`` for a
+        0-d buffer, so that indexing it gives a writable view, not a NumPy scalar."""
+        return tuple(slice(s, s + e) for s, e in zip(self.start, self.extent, strict=True)) or (Ellipsis,)
 
 
 def whole(ref: int, shape: tuple[int, ...]) -> View:

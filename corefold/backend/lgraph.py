@@ -135,6 +135,13 @@ class LoweredGraph:
         return total
 
 
+def _training(node: Node) -> bool:
+    """Whether a Dropout may drop elements: its ``training_mode`` input is given and not a
+    constant false (opset 12 on; before, it is an inference no-op)."""
+    mode = node.inputs[2] if len(node.inputs) > 2 else None
+    return mode is not None and (mode.const is None or bool(np.asarray(mode.const)))
+
+
 def _ints(v: Value | None) -> list[int] | None:
     if v is None:
         return None
@@ -283,10 +290,13 @@ class _Builder:
         """Describe a data-movement node's outputs as pieces; False if it must compute."""
         op = node.op_type
         if op in VIEW_OPS:
-            if op == "Dropout" and len(node.outputs) > 1 and node.outputs[1].uses():
-                return False
+            if op == "Dropout" and (_training(node) or len(node.outputs) > 1 and (
+                    node.outputs[1].uses() or any(v is node.outputs[1] for v in self.graph.outputs))):
+                return False  # it drops elements, or its mask is read: the kernel computes it
             x = self.of(node.inputs[0])
             out = node.outputs[0]
+            if 0 in x.shape:
+                return False  # no elements, no boxes: the kernel reshapes it
             pieces = reshape_pieces(x.pieces, x.shape, tuple(out.shape), {p.id: p.elements for p in self.phys})
             if pieces is None:
                 x = self.gather(node.inputs[0].name, x)

@@ -64,10 +64,13 @@ def _attention_infer(attrs, ins, consts):
 
 
 def _attention_macs(attrs, ins, outs):
-    b, hq, sq, total = outs[3][0]
-    dk = outs[1][0][3]
-    dv = outs[2][0][3]
-    return b * hq * sq * total * (dk + dv)
+    """Q K^T and the weighted sum of V, from the inputs' shapes: a node may list Y alone
+    among its outputs (ONNX's own cases do)."""
+    q, k, v = ins[0][0], ins[1][0], ins[2][0]
+    b, hq, _, sq, skv, dv = _heads(attrs, q, k, v)
+    past = ins[4][0][2] if len(ins) > 4 and ins[4] is not None else 0
+    dk = q[3] if len(q) == 4 else q[2] // hq
+    return b * hq * sq * (past + skv) * (dk + dv)
 
 
 def _attention_split(attrs, ins, outs, consts):
