@@ -219,17 +219,13 @@ def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend,
     build = Build(graph, target, res, executables, subgraphs, quantize_report=ctx.data.get("quantize"))
     if own_backend:
         if settings.polish:
-            shown = None
-            if bar is not None:  # progress bars on: one for the polish, whose lowerings take longest
-                from tqdm import tqdm
+            from tqdm import tqdm
 
-                shown = tqdm(total=len(executables), desc="polish", unit=" executable", leave=False)
-            try:
+            # with progress bars on, one for the polish, whose lowerings take longest
+            with tqdm(total=len(executables), desc="polish", unit=" executable", leave=False,
+                      disable=bar is None) as shown:
                 executables, build.polished = polish(executables, subgraphs, target, settings.polish_seconds,
                                                      shown)
-            finally:
-                if shown is not None:
-                    shown.close()
         build.executables = link(executables, graph)
     if settings.strategies_table:
         build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,
