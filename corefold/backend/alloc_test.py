@@ -1,0 +1,108 @@
+"""The SRAM layout of one core's activation buffers: the least-recently-used layout."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from corefold.backend import run_executable
+from corefold.backend.executable import ALIGNMENT, Recv
+from corefold.backend.lower import DEFAULT, lower
+from corefold.backend.lower_test import _conv_chain
+from corefold.executor import random_inputs, run
+from corefold.sim import run_simulation
+from corefold.target import load_target
+
+alloc = importlib.import_module("corefold.backend.alloc")
+
+
+def _random_buffers(rng, n: int) -> tuple[dict, dict]:
+    life, size = {}, {}
+    for b in range(n):
+        lo = int(rng.integers(0, 3 * n))
+        life[b] = (lo, lo + int(rng.integers(0, n // 2 + 1)))
+        size[b] = ALIGNMENT * int(rng.integers(1, 9))
+    return life, size
+
+
+def _clashes(life, size, offsets) -> list[tuple[int, int]]:
+    out = []
+    for a in life:
+        for b in life:
+            if a < b and not (life[a][1] < life[b][0] or life[b][1] < life[a][0]):
+                if offsets[a] < offsets[b] + size[b] and offsets[b] < offsets[a] + size[a]:
+                    out.append((a, b))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_layout_keeps_live_buffers_apart_within_the_limit(seed):
+    """On random lifetimes and sizes, with the room the compact layout needs and with 1.5x
+    it: no two buffers live at once share a byte, every offset is aligned and every buffer
+    ends within the limit; None only when some buffer found no room."""
+    rng = np.random.default_rng(seed)
+    life, size = _random_buffers(rng, 40)
+    base = 4 * ALIGNMENT
+    _, compact_top = alloc._best_fit_in_time(life, size, base)
+    for limit in (compact_top, base + (compact_top - base) * 3 // 2):
+        got = alloc._least_recent(life, size, base, limit)
+        if got is None:
+            assert limit == compact_top  # with half as much room again, every buffer finds room
+            continue
+        offsets, top = got
+        assert _clashes(life, size, offsets) == []
+        assert all(o % ALIGNMENT == 0 and base <= o and o + size[b] <= limit for b, o in offsets.items())
+        assert top == max(o + size[b] for b, o in offsets.items())
+
+
+def test_a_buffer_takes_the_bytes_freed_longest_ago():
+    """A (events 0-1) and B (2-3) are dead when C (6-7) starts; with room for two buffers,
+    C takes A's bytes, freed first, not B's; with room for three it takes bytes no one
+    used. The compact best fit gives C B's bytes (the smallest gap, the last freed)."""
+    k = ALIGNMENT
+    life = {0: (0, 1), 1: (2, 3), 2: (6, 7), 9: (0, 9)}  # 9 lives throughout, at the bottom
+    size = {0: 4 * k, 1: 4 * k, 2: 4 * k, 9: k}
+    offsets, _ = alloc._least_recent(life, size, 0, 9 * k)
+    assert offsets[0] != offsets[1]
+    assert offsets[2] == offsets[0]
+    offsets, _ = alloc._least_recent(life, size, 0, 13 * k)
+    assert {offsets[2], offsets[2] + 4 * k - 1}.isdisjoint(range(offsets[0], offsets[0] + 4 * k))
+    assert {offsets[2], offsets[2] + 4 * k - 1}.isdisjoint(range(offsets[1], offsets[1] + 4 * k))
+
+
+def _lowered(monkeypatch, layout: bool):
+    if not layout:
+        monkeypatch.setattr(alloc, "_least_recent", lambda *a: None)
+    g = _conv_chain(16, 40, 6)
+    exe = lower(g, load_target("npu"), DEFAULT)
+    monkeypatch.undo()
+    return g, exe
+
+
+def test_receives_post_without_waiting_for_reused_bytes_and_the_run_is_faster(monkeypatch):
+    """Six row-cut convolutions lowered on the 8 x 8 preset (1 MiB per core, far more than
+    the chain's buffers). Packed as low as it goes, 194 of the 228 Recvs wait for the
+    buffer before them at their addresses and the timed run takes 9.38 us; with the
+    least-recently-used layout 6 wait, and it takes 7.28 us. Both executables compute the
+    executor's outputs in both runners (the simulator asserts that live buffers never
+    share a byte)."""
+    from corefold.sim.timed import time_executable
+
+    target = load_target("npu")
+    waiting, latency = {}, {}
+    for layout in (False, True):
+        g, exe = _lowered(monkeypatch, layout)
+        recvs = [ins for p in exe.programs for ins in p.instructions if isinstance(ins, Recv)]
+        assert len(recvs) > 100
+        waiting[layout] = sum(1 for r in recvs if r.deps) / len(recvs)
+        run_ = time_executable(exe, target)
+        latency[layout] = run_.run_end - run_.run_start
+        feeds = random_inputs(g, 0)
+        want = run(g, feeds)
+        for got in (run_executable(exe, feeds), run_simulation(exe, feeds, target).outputs):
+            for k, v in want.items():
+                assert float(np.abs(got[k] - v).max()) <= 1e-5 * float(np.abs(v).max())
+    assert waiting[False] > 0.5 and waiting[True] < 0.1
+    assert latency[True] < 0.9 * latency[False]
