@@ -155,8 +155,8 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
         except _NoRetry as exc:
             raise CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
         except CompileError as exc:
-            if exc.resource not in ("SRAM", "core count"):
-                raise
+            if exc.resource not in ("SRAM", "core count", "NoC buffers"):
+                raise  # NOTE: NoC buffers too: smaller pieces may share the cores a reader hears
             error = error or exc
         threshold //= 2
     raise error

@@ -1015,3 +1015,49 @@ def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists()
     fast: list[str] = []
     lower(g, t, FAST, progress=fast.append)
     assert fast == ["check that it fits", "tile and cluster (8 pieces per core)", "place, order and emit"]
+
+
+def _wide_reader(cout: int = 192, cin: int = 64, hw: int = 4) -> Graph:
+    """A 3 x 3 Conv whose weights (``cout`` x ``cin`` x 9 floats) are cut into many pieces,
+    read whole by one BatchNormalization, seeded."""
+    rng = np.random.default_rng(0)
+    g = Graph("wide_reader")
+    x = g.add_input("x", (1, cin, hw, hw), "float32")
+    w = g.add_constant("w", (rng.standard_normal((cout, cin, 3, 3)) / 20).astype(np.float32))
+    conv = g.make_node("Conv", [x, w], {"pads": [1, 1, 1, 1]}, name="conv")
+    conv.outputs[0].shape, conv.outputs[0].dtype = (1, cout, hw, hw), np.dtype("float32")
+    stats = [g.add_constant(k, (rng.random(cout) + 0.5).astype(np.float32)) for k in ("s", "b", "m", "v")]
+    bn = g.make_node("BatchNormalization", [conv.outputs[0], *stats], {}, name="bn")
+    bn.outputs[0].shape, bn.outputs[0].dtype = (1, cout, hw, hw), np.dtype("float32")
+    g.outputs = [bn.outputs[0]]
+    return g
+
+
+def test_a_reader_of_more_cores_than_a_core_has_streams_is_tiled_again_with_smaller_pieces():
+    """On 4 x 4 cores of 64 KiB with 4 KiB of NoC buffers (8 streams), the Conv's 432 KiB of
+    weights are cut into 27 pieces, all read by the BatchNormalization; placed where each
+    finishes first, they leave the BN more than 8 cores to receive from, and the
+    clustering fails ("NoC buffers ... reads from 9 cores"). Lowering failed with that
+    error; like an SRAM or core-count failure, it now tiles again with smaller pieces,
+    which lower (the retry of ``_prepare``). No core receives from more than 8, and both
+    runners compute the executor's outputs."""
+    from corefold.backend.executable import Recv
+    from corefold.backend.lgraph import build
+    from corefold.backend.lower import FAST
+    from corefold.backend.place import cluster
+    from corefold.backend.tile import tile
+    from corefold.sim import run_simulation
+
+    g = _wide_reader()
+    target = small_target(4, 4, 64, noc_buffer_kib=4)
+    assert target.noc_streams_per_core == 8
+    with pytest.raises(CompileError, match="NoC buffers.*reads from 9 cores"):
+        cluster(build(tile(g, target), target), target, True, 2.5, 0.0)
+    exe = lower(g, target, FAST)
+    check_executable(exe, target)
+    for p in exe.programs:
+        assert len({ins.src_core for ins in p.instructions if isinstance(ins, Recv)}) <= 8
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    assert max_relative_error(want, run_simulation(exe, feeds, target).outputs) <= 1e-5
