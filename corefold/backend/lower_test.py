@@ -274,13 +274,19 @@ def test_a_staged_buffer_stores_only_the_boxes_its_receivers_load():
 
 
 def test_staged_boxes_merge_into_their_bounding_box_only_when_it_is_no_bigger():
+    """Boxes are ``(view shape, start, extent)``; they merge only with boxes of the same
+    view shape (a box of a Reshape's view means nothing in the buffer's own shape)."""
     from corefold.backend.spill import _staged_boxes
 
-    rows = [((0, 0, 0, 0), (1, 4, 1, 8)), ((0, 0, 1, 0), (1, 4, 1, 8))]  # adjacent rows: one box of 2
-    assert set(_staged_boxes(rows).values()) == {((0, 0, 0, 0), (1, 4, 2, 8))}
-    apart = [((0, 0, 0, 0), (1, 4, 1, 8)), ((0, 0, 9, 0), (1, 4, 1, 8))]  # first and last row of 10
+    s4 = (1, 4, 10, 8)
+    rows = [(s4, (0, 0, 0, 0), (1, 4, 1, 8)), (s4, (0, 0, 1, 0), (1, 4, 1, 8))]  # adjacent rows: one box of 2
+    assert set(_staged_boxes(rows).values()) == {(s4, (0, 0, 0, 0), (1, 4, 2, 8))}
+    apart = [(s4, (0, 0, 0, 0), (1, 4, 1, 8)), (s4, (0, 0, 9, 0), (1, 4, 1, 8))]  # first and last row of 10
     assert _staged_boxes(apart) == {v: v for v in apart}
     assert _staged_boxes(rows + rows[:1]) == _staged_boxes(rows)  # a view sent twice is stored once
+    s5 = (1, 2, 2, 10, 8)  # the same bytes seen as 5-d
+    mixed = rows[:1] + [(s5, (0, 0, 0, 1, 0), (1, 2, 2, 1, 8))]
+    assert _staged_boxes(mixed) == {v: v for v in mixed}
 
 
 def _activations_graph(seed: int = 0) -> Graph:

@@ -130,18 +130,21 @@ def _stage(plan: Plan, cp: CorePlan, b: int, peak_at: int) -> None:
     holds = {ev.tag for ev in cp.events[peak_at:] if ev.kind == "hold" and ev.reads[0][0] == b}
     key = ("stage", b)
     plan.regions[key] = (buf.shape, buf.dtype, buf.name, cp.core)
-    boxes = _staged_boxes([tuple(ev.reads[0][2:]) for ev in cp.events if ev.kind == "send" and ev.tag in holds])
+    # NOTE: a send reads the buffer through its own view shape (a Reshape's, when the reader
+    # sees the tensor reshaped); a box is only meaningful in that shape, so the store takes
+    # it too (storing a box of a 4-d view as one of the 5-d buffer lost a channel of the
+    # light ShuffleNet's channel shuffle)
+    boxes = _staged_boxes([tuple(ev.reads[0][1:]) for ev in cp.events if ev.kind == "send" and ev.tag in holds])
     events: list[Event] = []
     stores: dict[tuple, Event] = {}
     for ev in cp.events:
         if ev.kind == "hold" and ev.tag in holds:
             continue
         if ev.kind == "send" and ev.tag in holds:
-            box = boxes[tuple(ev.reads[0][2:])]
+            box = boxes[tuple(ev.reads[0][1:])]
             store = stores.get(box)
             if store is None:
-                store = Event(ev.key + (-0.5,), "store", reads=[(b, buf.shape, *box)], region=key,
-                              region_view=(buf.shape, *box))
+                store = Event(ev.key + (-0.5,), "store", reads=[(b, *box)], region=key, region_view=box)
                 stores[box] = store
                 events.append(store)
             events.append(Event(ev.key, "signal", peer=ev.peer, tag=ev.tag, after=[store]))
@@ -151,20 +154,27 @@ def _stage(plan: Plan, cp: CorePlan, b: int, peak_at: int) -> None:
     cp.events = events
 
 
-def _staged_boxes(views: list[tuple[Shape, Shape]]) -> dict[tuple[Shape, Shape], tuple[Shape, Shape]]:
-    """For each sent ``(start, extent)`` of a staged buffer, the box stored to DRAM that
-    holds it: the bounding box of all of them when that is no bigger than their sum (one
-    store), else the view itself (one store per distinct view). Only what is received
-    goes through DRAM: a buffer staged for a halo of a few rows stores those rows, not the
-    whole buffer (on the float EfficientNet-B0, 12.1 of 19.9 MB of DRAM traffic were
-    staging stores, of which the receivers loaded 6.6). O(S * rank) for S sends."""
-    distinct = list(dict.fromkeys(views))
-    lo = tuple(min(s[d] for s, _ in distinct) for d in range(len(distinct[0][0])))
-    hi = tuple(max(s[d] + e[d] for s, e in distinct) for d in range(len(distinct[0][0])))
-    bbox = (lo, tuple(h - low for h, low in zip(hi, lo, strict=True)))
-    if prod(bbox[1]) <= sum(prod(e) for _, e in distinct):
-        return {v: bbox for v in distinct}
-    return {v: v for v in distinct}
+def _staged_boxes(views: list[tuple[Shape, Shape, Shape]]) -> dict[tuple[Shape, Shape, Shape],
+                                                                     tuple[Shape, Shape, Shape]]:
+    """For each sent ``(view shape, start, extent)`` of a staged buffer, the box stored to
+    DRAM that holds it, in the same view shape: per view shape, the bounding box of its
+    views when that is no bigger than their sum (one store), else the view itself (one
+    store per distinct view). Only what is received goes through DRAM: a buffer staged for
+    a halo of a few rows stores those rows, not the whole buffer (on the float
+    EfficientNet-B0, 12.1 of 19.9 MB of DRAM traffic were staging stores, of which the
+    receivers loaded 6.6). O(S * rank) for S sends."""
+    out: dict[tuple[Shape, Shape, Shape], tuple[Shape, Shape, Shape]] = {}
+    by_shape: dict[Shape, list[tuple[Shape, Shape]]] = {}
+    for shape, start, extent in dict.fromkeys(views):
+        by_shape.setdefault(tuple(shape), []).append((tuple(start), tuple(extent)))
+    for shape, distinct in by_shape.items():
+        lo = tuple(min(s[d] for s, _ in distinct) for d in range(len(shape)))
+        hi = tuple(max(s[d] + e[d] for s, e in distinct) for d in range(len(shape)))
+        bbox = (shape, lo, tuple(h - low for h, low in zip(hi, lo, strict=True)))
+        merge = prod(bbox[2]) <= sum(prod(e) for _, e in distinct)
+        for start, extent in distinct:
+            out[(shape, start, extent)] = bbox if merge else (shape, start, extent)
+    return out
 
 
 def _receive_from_dram(plan: Plan, send: Event, key: tuple) -> None:
