@@ -127,3 +127,33 @@ def test_a_light_model_too_big_for_the_board_is_refused_in_one_line(name):
         lower(g, load_target("npu-array"), FAST)
     assert info.value.resource == REFUSED[name]
     assert "\n" not in str(info.value) and info.value.need > info.value.limit
+
+
+def test_an_integer_node_that_fits_only_cut_over_its_reduction_is_out_of_sram():
+    """The int8 ShuffleNet (quantized by corefold, random weights) on 8 x 8 cores of 128 KiB:
+    its first convolution, fused with its integers, fits a core only cut over its input
+    channels, which integer pieces cannot be (each would round its partial sum). That was
+    an ``UnsupportedOpError`` ("integer node ... can only be cut over a reduced dimension"),
+    which ended M1's compile as an unsupported operator; it is an ``SRAM`` CompileError
+    now, in one line, as for a float operator that fits no core. With 256 KiB the same
+    model lowers and equals the integer runner."""
+    import importlib
+    import sys
+
+    from corefold.backend.testing import small_target
+    from corefold.passes.quantize.integer import IntegerRunner
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    quantized = importlib.import_module("backend").quantized
+    g = quantized(_randomized(_logits("shufflenet")))
+    attach = "[[0, 3], [0, 4], [7, 3], [7, 4]]"
+    with pytest.raises(CompileError) as info:
+        lower(g, small_target(8, 8, 128, reserved_kib=8, dram_attach=attach), FAST)
+    assert info.value.resource == "SRAM" and "reduced dimension" in str(info.value)
+    assert "\n" not in str(info.value)
+    exe = lower(g, small_target(8, 8, 256, reserved_kib=16, dram_attach=attach), FAST)
+    feeds = random_inputs(g, 0)
+    got = run_executable(exe, feeds)
+    for k, v in IntegerRunner(g).run(feeds).items():
+        np.testing.assert_array_equal(got[k], v)
+

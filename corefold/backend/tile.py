@@ -29,7 +29,7 @@ import numpy as np
 
 from corefold.backend.executable import QuantOp, QuantTensor
 from corefold.backend.parallel import MIN_ROWS
-from corefold.errors import CapacityError, CompileError, InternalError, UnsupportedOpError
+from corefold.errors import CapacityError, CompileError, InternalError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
 from corefold.passes.split.rules import candidate_axes
@@ -422,7 +422,11 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
         except CapacityError as exc:
             raise CompileError("SRAM", "every core", touched_bytes(node), threshold, str(exc)) from None
         if ax.reduce:
-            raise UnsupportedOpError(f"integer node '{node.name}' can only be cut over a reduced dimension")
+            # NOTE: out of SRAM, not an unsupported operator: a smaller subgraph or a bigger
+            # core may hold it (M1 splits on a CompileError; an UnsupportedOpError ended the compile)
+            raise CompileError("SRAM", "every core", touched_bytes(node), threshold,
+                               f"integer node '{node.name}' fits a core only cut over a reduced dimension, "
+                               f"which its integers cannot be")
     quant: QuantOp | None = node.meta.get("quant")
     pieces: list[Node] = []
     slices: dict[tuple[int, int, int, int], Value] = {}
