@@ -129,7 +129,7 @@ def test_a_light_model_too_big_for_the_board_is_refused_in_one_line(name):
     assert "\n" not in str(info.value) and info.value.need > info.value.limit
 
 
-def test_an_integer_node_that_fits_only_cut_over_its_reduction_is_out_of_sram():
+def test_an_integer_node_that_fits_only_cut_over_its_reduction_is_out_of_sram(tmp_path):
     """The int8 ShuffleNet (quantized by corefold, random weights) on 8 x 8 cores of 128 KiB:
     its first convolution, fused with its integers, fits a core only cut over its input
     channels, which integer pieces cannot be (each would round its partial sum). That was
@@ -137,15 +137,17 @@ def test_an_integer_node_that_fits_only_cut_over_its_reduction_is_out_of_sram():
     which ended M1's compile as an unsupported operator; it is an ``SRAM`` CompileError
     now, in one line, as for a float operator that fits no core. With 256 KiB the same
     model lowers and equals the integer runner."""
-    import importlib
-    import sys
-
     from corefold.backend.testing import small_target
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
     from corefold.passes.quantize.integer import IntegerRunner
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    quantized = importlib.import_module("backend").quantized
-    g = quantized(_randomized(_logits("shufflenet")))
+    g = _randomized(_logits("shufflenet"))
+    rng = np.random.default_rng(0)  # min/max calibration on 4 seeded random images
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, **{v.name: rng.standard_normal((4,) + tuple(v.shape[1:])).astype(np.float32)
+                       for v in g.inputs})
+    quantize_graph(g, load_calibration(calib, g), QuantizeSettings(calibration="minmax", max_batches=4),
+                   progress=False)
     attach = "[[0, 3], [0, 4], [7, 3], [7, 4]]"
     with pytest.raises(CompileError) as info:
         lower(g, small_target(8, 8, 128, reserved_kib=8, dram_attach=attach), FAST)
