@@ -143,6 +143,10 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         if node not in seconds or len(node.outputs) != 1:
             continue
         follow = _followed(node, cut_of)
+        if follow is not None and follow[0] == 2 and spatial_mean(node) is not None:
+            cut_mean_rows(graph, node, _band_bounds(node.inputs[0], follow[1]))
+            cut += 1
+            continue
         if (follow is not None and follow[0] != 2 and node.op_type in MATRIX_OPS
                 and not _reads_own_part(node, follow)):
             follow = None  # it reads its whole input anyway: its own cut
@@ -424,3 +428,80 @@ def _slice_rows(graph: Graph, x: Value, lo: int, hi: int) -> Value:
     out.shape = (x.shape[0], x.shape[1], hi - lo, x.shape[3])
     out.dtype = x.dtype
     return out
+
+
+def spatial_mean(node: Node) -> int | None:
+    """``keepdims`` (0 or 1) when ``node`` is a float mean over the rows and columns of a
+    rank-4 tensor (GlobalAveragePool, or ReduceMean over axes 2 and 3), else None. O(1)."""
+    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs:
+        return None
+    x = node.inputs[0]
+    if (x is None or x.is_constant or x.shape is None or len(x.shape) != 4 or x.dtype is None
+            or np.dtype(x.dtype).kind != "f" or node.outputs[0].shape is None):
+        return None
+    if node.op_type == "GlobalAveragePool":
+        return 1
+    if node.op_type != "ReduceMean":
+        return None
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        if not node.inputs[1].is_constant:
+            return None
+        axes = [int(a) for a in np.asarray(node.inputs[1].const).reshape(-1)]
+    else:
+        axes = [int(a) for a in node.attrs.get("axes", [])]
+    if sorted(a % 4 for a in axes) != [2, 3]:
+        return None
+    return int(node.attrs.get("keepdims", 1))
+
+
+def _band_bounds(x: Value, k: int) -> list[tuple[int, int]]:
+    """The row bands ``[a, b)`` of ``x``, the join of a row cut into ``k`` pieces: its
+    Concat's inputs when that is flat, else balanced bands (as :func:`cut_rows` makes). O(k)."""
+    join = x.producer
+    if (join is not None and join.op_type == "Concat" and len(join.inputs) == k
+            and all(v is not None and v.shape is not None for v in join.inputs)):
+        bounds, a = [], 0
+        for v in join.inputs:
+            bounds.append((a, a + v.shape[2]))
+            a += v.shape[2]
+        if a == x.shape[2]:
+            return bounds
+    h = x.shape[2]
+    return [(j * h // k, (j + 1) * h // k) for j in range(k)]
+
+
+def cut_mean_rows(graph: Graph, node: Node, bounds: list[tuple[int, int]]) -> None:
+    """Replace ``node`` (see :func:`spatial_mean`), whose input is cut into the row
+    ``bounds``, by a ReduceSum over each band (read where the band was computed, so that
+    only ``C`` sums per band cross the NoC instead of the whole map), a Sum of the partial
+    sums and a Div by the number of pixels. The mean reassociates (partial sums, then their
+    sum): within float rounding of the reference, as any split reduction. An SE block's
+    pool behind row bands read every band from each of its channel pieces before (float
+    EfficientNet-B0: the whole activation across the NoC at each of its 16 blocks). O(k)."""
+    keepdims = spatial_mean(node)
+    x, y = node.inputs[0], node.outputs[0]
+    axes = graph.add_constant(f"{y.name}_axes", np.array([2, 3], np.int64))
+    count = graph.add_constant(f"{y.name}_pixels", np.array(x.shape[2] * x.shape[3], dtype=y.dtype))
+    parts: list[Value] = []
+    for j, (a, b) in enumerate(bounds):
+        band = _slice_rows(graph, x, a, b)
+        piece = graph.make_node("ReduceSum", [band, axes], {"keepdims": keepdims}, name=f"{node.name}_rows{j}",
+                                output_names=[f"{y.name}_rows{j}"])
+        piece.outputs[0].shape = y.shape
+        piece.outputs[0].dtype = y.dtype
+        parts.append(piece.outputs[0])
+    total = graph.make_node("Sum", parts, name=f"{node.name}_sum", output_names=[f"{y.name}_sum"])
+    total.outputs[0].shape = y.shape
+    total.outputs[0].dtype = y.dtype
+    hold = Value("__hold", y.shape, y.dtype)
+    graph.replace_all_uses(y, hold)
+    preds, succs = list(node.control_preds), list(node.control_succs)
+    graph.remove_node(node)
+    mean = Node("Div", [total.outputs[0], count], [y], {}, name=f"{node.name}_mean")
+    graph.add_node(mean)
+    graph.replace_all_uses(hold, y)
+    for p in preds:
+        for part in parts:
+            graph.add_control_edge(p, part.producer)
+    for sc in succs:
+        graph.add_control_edge(mean, sc)
