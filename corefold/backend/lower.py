@@ -153,7 +153,8 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0])
         except _NoRetry as exc:
-            raise CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
+            # NOTE: smaller pieces copy more weights; the first attempt's failure is the cause
+            raise error or CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
         except CompileError as exc:
             if exc.resource not in ("SRAM", "core count", "NoC buffers"):
                 raise  # NOTE: NoC buffers too: smaller pieces may share the cores a reader hears

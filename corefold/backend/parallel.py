@@ -71,6 +71,7 @@ import numpy as np
 
 from corefold.cost import op_cost
 from corefold.ir import Graph, Node, Value
+from corefold.passes.split.rows import ROW_OPS, cut_rows, kernel_size, row_cuttable, slice_rows
 from corefold.passes.split.rules import candidate_axes
 from corefold.passes.split.split import JOIN_META, needs_fit
 from corefold.target import Target
@@ -110,9 +111,6 @@ BAND_PIECES = 4
 
 #: Operators whose pieces read their whole input when cut on output channels.
 MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-
-#: Operators that can be cut into bands of output rows.
-ROW_OPS = frozenset({"Conv", "MaxPool", "AveragePool"})
 
 
 def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE,
@@ -303,7 +301,7 @@ def _rows_too_few(node: Node, k: int, min_rows: int = MIN_ROWS) -> bool:
     with its neighbours' bands. (On the int8 EfficientNet-B0, with :func:`_reads_own_part`
     letting the depthwise convolutions follow the channels: 232 -> 203 us; the int8
     MobileNetV3 51 -> 41 us.) O(1)."""
-    return (node.op_type == "Conv" and _kernel_size(node, 0) == 1 and _kernel_size(node, 1) == 1
+    return (node.op_type == "Conv" and kernel_size(node, 0) == 1 and kernel_size(node, 1) == 1
             and node.outputs[0].shape[2] // min_rows < k and _choose(node, None) == "channels")
 
 
@@ -340,94 +338,6 @@ def _channel_axis(node: Node, follow: tuple[int, int] | None):
     wide = [a for a in axes if a.extent >= 2]
     pick = [a for a in wide if a.output[0] == (2 if rank == 4 else min(1, rank - 1))]
     return (pick or wide or [None])[0]
-
-
-def row_cuttable(node: Node) -> bool:
-    """Whether ``node`` can be cut into bands of output rows: a rank-4 Conv or pooling
-    with explicit pads (no ``auto_pad``), one output, and for AveragePool no ``ceil_mode``
-    (its tail taps never count, which explicit pads would change)."""
-    if node.op_type not in ROW_OPS or len(node.outputs) != 1:
-        return False
-    x, y = node.inputs[0], node.outputs[0]
-    if x is None or x.shape is None or len(x.shape) != 4 or y.shape is None or len(y.shape) != 4:
-        return False
-    auto_pad = node.attrs.get("auto_pad", "NOTSET")
-    if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) not in ("NOTSET", ""):
-        return False
-    if node.op_type == "AveragePool" and int(node.attrs.get("ceil_mode", 0)):
-        return False
-    return not x.is_constant
-
-
-def _kernel_size(node: Node, axis: int) -> int:
-    """The kernel's extent along spatial ``axis`` (0 rows, 1 columns)."""
-    if "kernel_shape" in node.attrs:
-        return int(node.attrs["kernel_shape"][axis])
-    return int(node.inputs[1].shape[2 + axis])
-
-
-def cut_rows(graph: Graph, node: Node, k: int) -> Node:
-    """Replace ``node`` (see :func:`row_cuttable`) by ``k`` pieces over balanced bands of
-    output rows and a Concat on axis 2 (meta ``split_join``) that takes over its output;
-    return the Concat. Each piece reads its input rows through a shared constant Slice
-    (``split_join``) and keeps the weights and quantization whole. O(k)."""
-    x, y = node.inputs[0], node.outputs[0]
-    h = x.shape[2]
-    oh = y.shape[2]
-    s = int(node.attrs.get("strides", [1, 1])[0])
-    d = int(node.attrs.get("dilations", [1, 1])[0])
-    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
-    reach = (_kernel_size(node, 0) - 1) * d + 1
-    s_w = int(node.attrs.get("strides", [1, 1])[1])
-    reach_w = (_kernel_size(node, 1) - 1) * int(node.attrs.get("dilations", [1, 1])[1]) + 1
-    pieces: list[Node] = []
-    slices: dict[tuple[int, int], Value] = {}
-    for j in range(k):
-        a, b = j * oh // k, (j + 1) * oh // k
-        lo = a * s - pads[0]
-        hi = (b - 1) * s - pads[0] + reach
-        lo_c, hi_c = max(lo, 0), min(hi, h)
-        if (lo_c, hi_c) not in slices:
-            slices[(lo_c, hi_c)] = x if (lo_c, hi_c) == (0, h) else _slice_rows(graph, x, lo_c, hi_c)
-        attrs = dict(node.attrs)
-        attrs["pads"] = [lo_c - lo, pads[1], hi - hi_c, pads[3]]
-        if int(attrs.get("ceil_mode", 0)):
-            # NOTE: explicit pads give exactly the rows and columns ceil_mode gave (MaxPool
-            # only: row_cuttable refuses an AveragePool, whose tail taps never count)
-            attrs["ceil_mode"] = 0
-            attrs["pads"][3] = max(0, (y.shape[3] - 1) * s_w - pads[1] + reach_w - x.shape[3])
-        piece = graph.make_node(node.op_type, [slices[(lo_c, hi_c)], *node.inputs[1:]], attrs,
-                                name=f"{node.name}_rows{j}", output_names=[f"{y.name}_rows{j}"],
-                                domain=node.domain)
-        piece.outputs[0].shape = (y.shape[0], y.shape[1], b - a, y.shape[3])
-        piece.outputs[0].dtype = y.dtype
-        piece.meta = {key: v for key, v in node.meta.items()}
-        pieces.append(piece)
-    hold = Value("__hold", y.shape, y.dtype)
-    graph.replace_all_uses(y, hold)
-    preds, succs = list(node.control_preds), list(node.control_succs)
-    graph.remove_node(node)
-    join = Node("Concat", [p.outputs[0] for p in pieces], [y], {"axis": 2}, name=f"{y.name}_rows_concat")
-    join.meta[JOIN_META] = True
-    graph.add_node(join)
-    graph.replace_all_uses(hold, y)
-    for p in preds:
-        for piece in pieces:
-            graph.add_control_edge(p, piece)
-    for sc in succs:
-        graph.add_control_edge(join, sc)
-    return join
-
-
-def _slice_rows(graph: Graph, x: Value, lo: int, hi: int) -> Value:
-    consts = [graph.add_constant(f"{x.name}_rows_{what}", np.array([v], np.int64))
-              for what, v in (("starts", lo), ("ends", hi), ("axes", 2))]
-    sl = graph.make_node("Slice", [x, *consts], name=f"{x.name}_rows_slice")
-    sl.meta[JOIN_META] = True
-    out = sl.outputs[0]
-    out.shape = (x.shape[0], x.shape[1], hi - lo, x.shape[3])
-    out.dtype = x.dtype
-    return out
 
 
 def spatial_mean(node: Node) -> int | None:
@@ -484,7 +394,7 @@ def cut_mean_rows(graph: Graph, node: Node, bounds: list[tuple[int, int]]) -> No
     count = graph.add_constant(f"{y.name}_pixels", np.array(x.shape[2] * x.shape[3], dtype=y.dtype))
     parts: list[Value] = []
     for j, (a, b) in enumerate(bounds):
-        band = _slice_rows(graph, x, a, b)
+        band = slice_rows(graph, x, a, b)
         piece = graph.make_node("ReduceSum", [band, axes], {"keepdims": keepdims}, name=f"{node.name}_rows{j}",
                                 output_names=[f"{y.name}_rows{j}"])
         piece.outputs[0].shape = y.shape
@@ -505,3 +415,4 @@ def cut_mean_rows(graph: Graph, node: Node, bounds: list[tuple[int, int]]) -> No
             graph.add_control_edge(p, part.producer)
     for sc in succs:
         graph.add_control_edge(mean, sc)
+

@@ -3,12 +3,13 @@ import pytest
 
 from corefold.backend.executable import Compute
 from corefold.backend.lower import LowerSettings, lower
-from corefold.backend.parallel import ROOMY_WEIGHTLESS, ROOMY_WEIGHTS, cut_for_parallelism, cut_rows
+from corefold.backend.parallel import ROOMY_WEIGHTLESS, ROOMY_WEIGHTS, cut_for_parallelism
 from corefold.backend.testing import max_relative_error, small_target
 from corefold.backend.tile import copy_graph
 from corefold.executor import random_inputs, run
 from corefold.ir import Graph
 from corefold.ir.shapes import infer_node
+from corefold.passes.split.rows import cut_rows
 from corefold.sim import run_simulation
 
 WHOLE = LowerSettings(order_budget_seconds=0.0, pieces_per_core=0.0)

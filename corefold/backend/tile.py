@@ -32,6 +32,7 @@ from corefold.backend.parallel import MIN_ROWS
 from corefold.errors import CapacityError, CompileError, InternalError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
+from corefold.passes.split.rows import bands_to_fit, cut_rows
 from corefold.passes.split.rules import candidate_axes
 from corefold.passes.split.split import ACTIVATION_META, JOIN_META, choose_split, touched_bytes
 from corefold.target import Target
@@ -140,6 +141,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
                 fits = not choose_split(probe, threshold)[0].reduce
             except CapacityError:
                 fits = False
+            fits = fits or bands_to_fit(probe, threshold) is not None
         probe.detach_inputs()
         if not fits:
             continue  # NOTE: only a cut over a reduced dimension would fit: stays float QDQ
@@ -416,6 +418,12 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
         ax, k = forced
     else:
         if touched_bytes(node) <= threshold:
+            return
+        bands = bands_to_fit(node, threshold)
+        if bands is not None:
+            join = cut_rows(graph, node, bands)
+            for piece in [v.producer for v in join.inputs]:
+                _cut(graph, piece, threshold)
             return
         try:
             ax, k = choose_split(node, threshold)

@@ -1,4 +1,5 @@
-"""The tile step's clean-up before fusion: nodes that compute their input unchanged."""
+"""The tile step: the clean-up before fusion (nodes that compute their input unchanged), and
+the row bands that make an image too large for one core fit."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import pytest
 
 from corefold.backend import check_executable, lower, run_executable
 from corefold.backend.executable import Compute
-from corefold.backend.tile import copy_graph, drop_identities
+from corefold.backend.tile import copy_graph, drop_identities, tile
+from corefold.errors import CompileError
 from corefold.executor import random_inputs, run
 from corefold.ir import Graph
 from corefold.passes.quantize.integer import IntegerRunner
+from corefold.passes.split.split import touched_bytes
 from corefold.target import load_target
 
 
@@ -115,3 +118,78 @@ def test_an_identity_goes_unless_it_makes_a_graph_output():
     assert [n.name for n in cleaned.nodes] == ["relu", "id1"]
     feeds = random_inputs(g, 0)
     np.testing.assert_array_equal(run(g, feeds)[c.name], run(cleaned, feeds)[c.name])
+
+
+def _conv_then_pool(x_shape=(1, 3, 64, 64), out_channels: int = 16, seed: int = 0) -> Graph:
+    """Conv 3 x 3 (padded) -> MaxPool 2 x 2 stride 2, float, seeded weights."""
+    rng = np.random.default_rng(seed)
+    g = Graph("conv_pool")
+    x = g.add_input("x", x_shape, "float32")
+    w = g.add_constant("w", rng.standard_normal((out_channels, x_shape[1], 3, 3)).astype(np.float32))
+    conv = g.make_node("Conv", [x, w], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, name="conv")
+    conv.outputs[0].shape, conv.outputs[0].dtype = (1, out_channels) + x_shape[2:], np.dtype("float32")
+    pool = g.make_node("MaxPool", [conv.outputs[0]], {"kernel_shape": [2, 2], "strides": [2, 2]}, name="pool")
+    pool.outputs[0].shape = (1, out_channels, x_shape[2] // 2, x_shape[3] // 2)
+    pool.outputs[0].dtype = np.dtype("float32")
+    g.outputs = [pool.outputs[0]]
+    return g
+
+
+def test_a_conv_over_an_image_too_big_for_a_core_is_cut_in_row_bands_and_its_pool_follows():
+    """48 KiB of image on cores of 40 KiB: cut on output channels every piece still reads
+    the whole image, and the input channels (3) leave 16 KiB each plus their partial
+    outputs, so the split pass found no cut ("no dimension is left to cut"). Bands of
+    output rows, each reading its rows and their halo, fit; the max pool follows the bands
+    (cut on channels, each piece would read every band). Row bands compute what the
+    operator does (within 1e-5 of the largest output: BLAS blocks a smaller product
+    differently, by CPU; see the split pass's tests)."""
+    g = _conv_then_pool()
+    target = load_target("npu")
+    limit = 40 * 1024
+    cut = tile(g, target, threshold=limit)
+    convs = [n for n in cut.nodes if n.op_type == "Conv"]
+    pools = [n for n in cut.nodes if n.op_type == "MaxPool"]
+    assert len(convs) >= 2 and all(n.name.startswith("conv_rows") for n in convs)
+    assert len(pools) >= 2 and all(n.name.startswith("pool_rows") for n in pools)
+    assert all(touched_bytes(n) <= limit for n in convs + pools)
+    feeds = random_inputs(g, 1)
+    want, got = run(g, feeds), run(cut, feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-5 * np.abs(want[k]).max())
+
+
+def _qdq_tall_conv() -> Graph:
+    """x [1, 3, 8, 512] -> Q -> DQ -> Conv with 4096 kernels as tall as the image (one
+    output row) -> Q -> DQ: only its input channels, a reduction, cut it small enough."""
+    rng = np.random.default_rng(0)
+    g = Graph("tall")
+    x = g.add_input("x", (1, 3, 8, 512), "float32")
+
+    def node(op, ins, shape, dtype, attrs=None, name=None):
+        n = g.make_node(op, ins, attrs or {}, name=name)
+        n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype(dtype)
+        return n.outputs[0]
+
+    def qdq(v, s, name):
+        sc, zp = g.add_constant(f"{name}_s", np.float32(s)), g.add_constant(f"{name}_z", np.int8(0))
+        q = node("QuantizeLinear", [v, sc, zp], v.shape, "int8", name=f"{name}_q")
+        return node("DequantizeLinear", [q, sc, zp], v.shape, "float32", name=f"{name}_dq")
+
+    wq = g.add_constant("wq", rng.integers(-127, 128, (4096, 3, 8, 1)).astype(np.int8))
+    w = node("DequantizeLinear", [wq, g.add_constant("ws", np.float32(0.01)), g.add_constant("wz", np.int8(0))],
+             (4096, 3, 8, 1), "float32", name="wdq")
+    y = node("Conv", [qdq(x, 0.03, "in"), w], (1, 4096, 1, 512), "float32", {"kernel_shape": [8, 1]}, name="conv")
+    g.outputs = [qdq(y, 0.5, "out")]
+    return g
+
+
+def test_an_integer_conv_that_fits_only_cut_over_its_reduction_is_out_of_sram():
+    """Each output channel of the tall convolution reads the whole 12 KiB image, over the
+    10 KiB a core takes, and it has one output row, so no band helps: only its input
+    channels would fit, which integer pieces cannot be cut over (each would round its
+    partial sum). That is an SRAM CompileError in one line (M1 splits on it), not an
+    unsupported operator."""
+    with pytest.raises(CompileError) as info:
+        tile(_qdq_tall_conv(), load_target("npu"), threshold=10 * 1024)
+    assert info.value.resource == "SRAM" and "reduced dimension" in str(info.value)
+    assert "\n" not in str(info.value)

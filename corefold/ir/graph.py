@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -157,6 +158,10 @@ class Graph:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def newest(self, k: int) -> list[Node]:
+        """The last ``k`` nodes added, in insertion order. O(k)."""
+        return list(itertools.islice(reversed(self._nodes), k))[::-1] if k > 0 else []
 
     def __contains__(self, node: object) -> bool:
         return node in self._nodes

@@ -5,10 +5,14 @@ weights) + its outputs' bytes``; it fits when ``bytes(o) <= T`` with
 ``T = target.core_memory_threshold`` (SRAM minus the reserved buffer). For an operator
 that does not fit, the pass takes, among its rule's split axes (rules.py), the first in
 preference order (or the one needing the fewest pieces, for "other" operators) on which
-some ``k`` makes the largest piece fit, with the smallest such ``k``; the pieces cover
+some ``k`` makes the largest piece fit, with the smallest such ``k`` (an operator whose
+first input is the join of a cut takes that cut's axis when it fits, so that each piece
+reads its own pieces of the join rather than all of them); the pieces cover
 balanced unit ranges ``[floor(j E / k), floor((j + 1) E / k))``. If no single axis can
 fit, it halves along the axis whose halves touch the fewest bytes and looks at the halves
-again. Each piece is the same operator type on slices of the data: constants are sliced
+again. A convolution or pooling over an image too large for a core, which no cut of its
+rule that reduces nothing makes fit (each output-channel piece still reads every input
+row), is cut into bands of output rows instead (:mod:`.rows`). Each piece is the same operator type on slices of the data: constants are sliced
 directly, activations by ``Slice``; outputs are joined by ``Concat`` on the split axis,
 or added by ``Sum`` when the split is over a reduced dimension (input channels).
 
@@ -35,6 +39,10 @@ from corefold.settings import SettingsError
 from corefold.target import Target
 
 JOIN_META = "split_join"
+#: Compute pieces one operator may be cut into; beyond, the threshold is refused as too
+#: small for the model (a 1 KiB core would cut a 64-channel 56 x 56 convolution into
+#: some 200,000 pieces of one row, one input and one output channel)
+MAX_PIECES = 4096
 #: Node meta of a fused float activation (set by the backend's tile step): the pieces of a
 #: cut keep it, and a cut over a reduced dimension moves it onto the ``Sum`` that joins them.
 ACTIVATION_META = "activation"
@@ -70,7 +78,7 @@ def _ranges(extent: int, k: int) -> list[tuple[int, int]]:
     return [(j * extent // k, (j + 1) * extent // k) for j in range(k)]
 
 
-def _piece_bytes(node: Node, ax: SplitAxis, units: int) -> int:
+def piece_bytes(node: Node, ax: SplitAxis, units: int) -> int:
     """Bytes the largest piece of ``units`` units touches."""
     total = 0
     seen: set[int] = set()
@@ -110,18 +118,33 @@ def choose_split(node: Node, threshold: int, origin: str | None = None) -> tuple
     fitting: list[tuple[int, int, int, SplitAxis]] = []  # (key, rank, k, axis)
     for rank, ax in enumerate(axes):
         for k in range(2, ax.extent + 1):
-            if _piece_bytes(node, ax, -(-ax.extent // k)) <= threshold:
+            if piece_bytes(node, ax, -(-ax.extent // k)) <= threshold:
                 fitting.append((rank if by_preference else k, rank, k, ax))
                 break
     if fitting:
+        joined = _joined_axis(node)
+        for _, _, k, ax in fitting:
+            if (joined is not None and not ax.reduce and ax.output is not None and ax.output[0] == joined
+                    and ax.inputs and ax.inputs[0] is not None and ax.inputs[0][0] == joined):
+                return ax, k  # each piece reads its own pieces of the join, not all of them
         _, _, k, ax = min(fitting, key=lambda t: (t[0], t[1]))
         return ax, k
-    halves = [(_piece_bytes(node, ax, -(-ax.extent // 2)), rank, ax) for rank, ax in enumerate(axes)]
+    halves = [(piece_bytes(node, ax, -(-ax.extent // 2)), rank, ax) for rank, ax in enumerate(axes)]
     best_bytes, _, ax = min(halves, key=lambda t: (t[0], t[1]))
     if best_bytes >= size:
         raise CapacityError(f"{who} touches {size} bytes, above the core memory threshold of {threshold} "
                             f"bytes, at every split")
     return ax, 2
+
+
+def _joined_axis(node: Node) -> int | None:
+    """The axis of the cut whose join (a ``split_join`` Concat) makes the node's first
+    input, or None. O(1)."""
+    x = node.inputs[0] if node.inputs else None
+    join = x.producer if x is not None else None
+    if join is None or join.op_type != "Concat" or not join.meta.get(JOIN_META) or x.shape is None:
+        return None
+    return int(join.attrs.get("axis", 0)) % len(x.shape)
 
 
 class _Splitter:
@@ -155,7 +178,7 @@ class _Splitter:
     def split(self, node: Node, ax: SplitAxis, k: int) -> list[Node]:
         """Replace ``node`` by ``k`` pieces and their joins; return the new nodes."""
         g = self.graph
-        before = set(g.nodes)
+        count = len(g)
         pieces: list[Node] = []
         for j, (s, e) in enumerate(_ranges(ax.extent, k)):
             ins: list[Value | None] = []
@@ -206,7 +229,7 @@ class _Splitter:
             g.add_node(join)
             g.replace_all_uses(hold, o)
             joins.append(join)
-        new = [n for n in g.nodes if n not in before]
+        new = g.newest(len(g) - count + 1)  # the node itself is gone
         for p in ctrl_preds:
             for n in new:
                 g.add_control_edge(p, n)
@@ -225,12 +248,15 @@ def split_graph(graph: Graph, target: Target | None, threshold: int | None = Non
         CapacityError: an operator cannot fit at any split (naming it and its bytes).
         ValueError: neither ``target`` nor ``threshold``.
     """
+    from corefold.passes.split.rows import bands_to_fit, cut_rows  # rows builds on this module
+
     if threshold is None and target is None:
         raise ValueError("split_graph needs a target or a threshold")
     limit = target.core_memory_threshold if threshold is None else threshold
     splitter = _Splitter(graph)
     result = SplitResult(graph, False)
     origin: dict[Node, tuple[str, str]] = {}
+    pieces: dict[str, int] = {}  # model node -> compute pieces it is in so far
     file_order = graph.topological_order()
     replaced: dict[Node, list[Node]] = {}
     work = list(reversed(file_order))
@@ -239,8 +265,19 @@ def split_graph(graph: Graph, target: Target | None, threshold: int | None = Non
         if not needs_fit(node) or touched_bytes(node) <= limit:
             continue
         root = origin.get(node, (node.name, node.op_type))
-        ax, k = choose_split(node, limit, root[0])
-        new = splitter.split(node, ax, k)
+        bands = bands_to_fit(node, limit)
+        if bands is not None:
+            count = len(graph)
+            cut_rows(graph, node, bands)
+            new = graph.newest(len(graph) - count + 1)
+        else:
+            ax, k = choose_split(node, limit, root[0])
+            new = splitter.split(node, ax, k)
+        pieces[root[0]] = pieces.get(root[0], 1) + sum(needs_fit(n) for n in new) - 1
+        if pieces[root[0]] > MAX_PIECES:
+            raise CapacityError(f"node '{root[0]}' ({root[1]}), piece '{node.name}', touches {touched_bytes(node)} "
+                                f"bytes, above the core memory threshold of {limit} bytes, and the node would need "
+                                f"more than {MAX_PIECES} pieces")
         for n in new:
             origin[n] = root
         replaced[node] = new
@@ -305,8 +342,9 @@ class SplitPass:
     """SPEC M3 §7's operator splitting as a pipeline pass (:mod:`corefold.pipeline`).
 
     Reads ``ctx.target`` (for the default threshold) and its :class:`SplitSettings`;
-    splits the graph in place. Batch and output-channel splits are bit-identical;
-    input-channel splits add partial sums in another order, hence ``close`` (rtol 1e-5).
+    splits the graph in place. Batch, output-channel and row-band splits compute the same
+    sums (row bands may take other BLAS blockings); input-channel splits add partial sums
+    in another order, hence ``close`` (rtol 1e-5).
     The report names the threshold and the pieces per split operator.
     """
 

@@ -90,6 +90,41 @@ def test_batch_and_output_channel_splits_need_no_partial_sums():
         np.testing.assert_allclose(out[k], ref[k], rtol=1e-5, atol=1e-6)
 
 
+IMAGE = """\
+graph img
+input x: float32[1, 3, 64, 64]
+const w: float32[16, 3, 3, 3] = fill(0.1)
+const b: float32[16] = fill(0.5)
+node conv = Conv(x, w, b) attrs {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]} -> (c: float32[1, 16, 64, 64])
+node relu = Relu(c) -> (r: float32[1, 16, 64, 64])
+node pool = MaxPool(r) attrs {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} -> (p: float32[1, 16, 32, 32])
+output p
+"""
+
+
+def test_an_image_too_big_for_a_core_is_cut_in_row_bands():
+    """The 48 KiB image alone is over the 40,000 bytes: every output-channel piece of the
+    convolution would read all of it, and its three input channels leave 16 KiB each
+    beside their 256 KiB partial outputs, so no cut of the rule fits ("no dimension is
+    left to cut", which ended ``corefold compile`` on 128 KiB cores at a 224 x 224
+    model's first layer). Bands of output rows, each reading its rows and their halo, fit,
+    and so do the Relu's and the pool's, whose rows follow; no partial sums."""
+    g = parse(IMAGE)
+    _random_weights(g)
+    feeds = random_inputs(g, 0)
+    ref = run(g, feeds)
+    res = split_graph(g, TARGET, threshold=40_000)
+    verify(g)
+    assert res.splits["conv"] >= 2 and res.splits["pool"] >= 2
+    assert all(n.name.startswith("conv_rows") for n in g.nodes if n.op_type == "Conv")
+    assert all(n.name.startswith("pool_rows") for n in g.nodes if n.op_type == "MaxPool")
+    assert not any(n.op_type == "Sum" for n in g.nodes)
+    for n in g.nodes:
+        assert not needs_fit(n) or touched_bytes(n) <= 40_000, (n.name, touched_bytes(n))
+    out = run(g, feeds)
+    np.testing.assert_allclose(out["p"], ref["p"], rtol=1e-5, atol=1e-5)
+
+
 def test_nothing_to_split_changes_nothing():
     g = parse(NET)
     before = [n.name for n in g.nodes]
