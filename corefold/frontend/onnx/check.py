@@ -57,3 +57,24 @@ def roundtrip(model: ModelProto, feeds: dict[str, np.ndarray],
     exported = to_onnx(graph)
     onnx.checker.check_model(exported, full_check=True)
     return graph, exported, ort_run(model, feeds), ort_run(exported, feeds)
+
+
+def ort_tensors(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray], op_type: str,
+                *, qdq_exact: bool = True) -> dict[str, np.ndarray]:
+    """The graph outputs and the first output of every ``op_type`` node of ``model``, by
+    name, as ONNX Runtime computes them on ``feeds`` (``qdq_exact``: see :func:`ort_session`).
+    O(one run)."""
+    if isinstance(model, str):
+        model = onnx.load(model)
+    elif isinstance(model, bytes):
+        model = onnx.load_from_string(model)
+    else:
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+    have = {o.name for o in model.graph.output}
+    for n in model.graph.node:
+        if n.op_type == op_type and n.output and n.output[0] not in have:
+            model.graph.output.append(onnx.ValueInfoProto(name=n.output[0]))
+            have.add(n.output[0])
+    sess = ort_session(model, qdq_exact=qdq_exact)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
