@@ -14,7 +14,10 @@ optimisations, as a user runs it) on one calibration batch:
   :func:`~corefold.passes.quantize.qdq.bias_rows`);
 * an output differs from corefold's exact integer execution
   (:class:`~corefold.passes.quantize.integer.IntegerRunner`) by more than one quantization
-  step: a one-line warning. ONNX Runtime fuses DequantizeLinear -> Conv/MatMul ->
+  step beyond the distance of the model run as written (level BASIC, the float QDQ
+  semantics, whose float32 rounding drifts from the exact integers with depth: 5 steps at
+  the logits of an int8 EfficientNet-B0, where the warning blamed ONNX Runtime's kernels
+  until stop 35): a one-line warning. ONNX Runtime fuses DequantizeLinear -> Conv/MatMul ->
   QuantizeLinear into integer kernels; on x86 CPUs without AVX-VNNI those sum pairs of
   u8 x s8 products in int16 (``vpmaddubsw``), which saturates when both use their full
   8-bit range. Weights in 7 bits (``weight_range=7``, ONNX Runtime's own reduce_range)
@@ -92,14 +95,17 @@ def check_in_onnxruntime(model: bytes, graph: Graph, feeds: dict[str, np.ndarray
         exact = IntegerRunner(graph).run(feeds)
     except CorefoldError:
         return None  # a pattern the integer runner does not cover: nothing to compare with
-    worst, where = 0.0, ""
-    for name, step in output_steps(graph).items():
-        if not step or name not in got:
-            continue
-        d = float(np.max(np.abs(np.asarray(got[name], np.float64) - np.asarray(exact[name], np.float64)))) / step
-        if d > worst:
-            worst, where = d, name
+    worst, where = _steps_from(got, exact, graph)
     if worst <= 1.0 + 1e-6:
+        return None
+    # NOTE: the float QDQ semantics (level BASIC) drift from the exact integers too, by
+    # rounding that grows with depth (int8 EfficientNet-B0: 5 steps at its logits, every
+    # operator within one): only a distance beyond theirs is ONNX Runtime's kernels' doing
+    try:
+        written, _ = _steps_from(run(True), exact, graph)
+    except Exception:  # noqa: BLE001 - it ran optimised; no reference to compare with
+        written = 0.0
+    if worst <= written + 1.0 + 1e-6:
         return None
     if cpu_has_vnni() is False:
         return (f"ONNX Runtime's fused int8 kernels on this CPU (no AVX-VNNI: u8 x s8 pair sums saturate in int16) "
@@ -108,6 +114,19 @@ def check_in_onnxruntime(model: bytes, graph: Graph, feeds: dict[str, np.ndarray
                 f"level BASIC")
     return (f"ONNX Runtime's optimised kernels put output '{where}' {worst:.0f} quantization steps from the exact "
             f"integer result; run the model at graph optimisation level BASIC for the exact QDQ semantics")
+
+
+def _steps_from(got: dict[str, np.ndarray], exact: dict[str, np.ndarray], graph: Graph) -> tuple[float, str]:
+    """The largest distance, in quantization steps, of a quantized output of ``got`` from
+    ``exact``, and that output's name."""
+    worst, where = 0.0, ""
+    for name, step in output_steps(graph).items():
+        if not step or name not in got:
+            continue
+        d = float(np.max(np.abs(np.asarray(got[name], np.float64) - np.asarray(exact[name], np.float64)))) / step
+        if d > worst:
+            worst, where = d, name
+    return worst, where
 
 
 def _check_finite(outputs: dict[str, np.ndarray]) -> None:
