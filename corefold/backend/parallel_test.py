@@ -219,15 +219,21 @@ def _squeeze_excite(seed: int = 0) -> Graph:
     return g
 
 
+def _cut_for_a_4x4_mesh(g: Graph):
+    """(target, a copy of ``g`` cut for 4 pieces per core of a 4 x 4 mesh of 1 MiB cores,
+    the row bands of its ``conv``)."""
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=4.0)
+    return t, cut, [n for n in cut.nodes if n.name.startswith("conv_rows")]
+
+
 def test_a_broadcast_scale_follows_the_cut_of_its_full_size_input():
     """An SE block's ``scale * h`` is cut as ``h``'s producer was (bands of rows), not left
     whole because its first input, the [1, C, 1, 1] scale, is no cut's join: whole, the
     float EfficientNet-B0 sent each 225 KB product from one core to every reader."""
     g = _squeeze_excite()
-    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
-    cut = copy_graph(g)
-    cut_for_parallelism(cut, t, pieces_per_core=4.0)
-    bands = [n for n in cut.nodes if n.name.startswith("conv_rows")]
+    _, cut, bands = _cut_for_a_4x4_mesh(g)
     muls = [n for n in cut.nodes if n.op_type == "Mul"]
     assert len(bands) >= 2 and len(muls) == len(bands)
     assert [m.outputs[0].shape for m in muls] == [c.outputs[0].shape for c in bands]
@@ -263,10 +269,7 @@ def test_a_mean_over_row_bands_sums_each_band_where_it_was_computed(make):
     cross the NoC. Cut on channels as before, every pool piece read every band (the float
     EfficientNet-B0 sent each block's whole activation across the NoC: 256.1 -> 229.5 us)."""
     g = make()
-    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
-    cut = copy_graph(g)
-    cut_for_parallelism(cut, t, pieces_per_core=4.0)
-    bands = [n for n in cut.nodes if n.name.startswith("conv_rows")]
+    t, cut, bands = _cut_for_a_4x4_mesh(g)
     sums = [n for n in cut.nodes if n.op_type == "ReduceSum"]
     assert len(bands) >= 2 and len(sums) == len(bands)
     assert not [n for n in cut.nodes if n.op_type in ("GlobalAveragePool", "ReduceMean")]

@@ -251,25 +251,14 @@ def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: di
     if quantized is not None:
         return quantized
 
-    try:
-        sess = ort_session(model_path, qdq_exact=True)
-        names = [o.name for o in sess.get_outputs()]
-        ref = dict(zip(names, sess.run(names, feeds), strict=True))
-    except Exception as exc:  # ORT raises its own exception types; report them as the reference's failure
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
+    ref = _reference(model_path, lambda: _ort_outputs(ort_session(model_path, qdq_exact=True), feeds))
     steps = output_steps(model_path)
     ok_all = True
     for name, got in outputs.items():
-        if name not in ref:
-            print(f"check {name}: not an output of {model_path}")
+        if not _comparable(name, got, ref, model_path, "ONNX Runtime's"):
             ok_all = False
             continue
         want = ref[name]
-        if got.shape != want.shape:
-            print(f"check {name}: shape {list(got.shape)} differs from ONNX Runtime's {list(want.shape)}")
-            ok_all = False
-            continue
         diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
         if np.issubdtype(want.dtype, np.integer):
             limit, what = 1.0, "one integer step"
@@ -312,28 +301,15 @@ def _check_quantized(model_path: str, feeds: dict[str, np.ndarray], outputs: dic
         exact = IntegerRunner(graph).run(feeds)
     except CorefoldError:
         return None
-    try:
-        sess = ort_session(model_path, qdq_exact=True)
-        names = [o.name for o in sess.get_outputs()]
-        ref = dict(zip(names, sess.run(names, feeds), strict=True))
-        counts, worst_at = operator_steps(model_path, load_model(model_path), feeds)
-    except CorefoldError:
-        raise
-    except Exception as exc:  # ORT raises its own exception types; report them as the reference's failure
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
+    ref = _reference(model_path, lambda: _ort_outputs(ort_session(model_path, qdq_exact=True), feeds))
+    counts, worst_at = _reference(model_path, lambda: operator_steps(model_path, load_model(model_path), feeds))
     steps = output_steps(model_path)
     ok_all = True
     for name, got in outputs.items():
-        if name not in exact:
-            print(f"check {name}: not an output of {model_path}")
+        if not _comparable(name, got, exact, model_path, "the model's"):
             ok_all = False
             continue
         want = np.asarray(exact[name])
-        if got.shape != want.shape:
-            print(f"check {name}: shape {list(got.shape)} differs from the model's {list(want.shape)}")
-            ok_all = False
-            continue
         diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
         step = 1.0 if np.issubdtype(want.dtype, np.integer) else steps.get(name)
         if step is not None:
@@ -363,3 +339,34 @@ def _check_quantized(model_path: str, feeds: dict[str, np.ndarray], outputs: dic
               file=sys.stderr)
         return 1
     return 0
+
+
+def _ort_outputs(sess, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def _reference(model_path: str, compute):
+    """``compute()``, whatever ONNX Runtime raises in it reported as the reference's failure.
+
+    Raises:
+        ReferenceRunError: ONNX Runtime cannot run the model on these inputs.
+    """
+    try:
+        return compute()
+    except CorefoldError:
+        raise
+    except Exception as exc:  # ORT raises its own exception types
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReferenceRunError(f"--check: ONNX Runtime cannot run '{model_path}': {msg}") from None
+
+
+def _comparable(name: str, got: np.ndarray, ref: dict[str, np.ndarray], model_path: str, whose: str) -> bool:
+    """Whether ``ref`` has output ``name`` of ``got``'s shape; prints why not."""
+    if name not in ref:
+        print(f"check {name}: not an output of {model_path}")
+        return False
+    if got.shape != np.shape(ref[name]):
+        print(f"check {name}: shape {list(got.shape)} differs from {whose} {list(np.shape(ref[name]))}")
+        return False
+    return True
