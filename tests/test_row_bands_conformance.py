@@ -42,7 +42,7 @@ def test_row_bands_of_a_node_case_give_its_expected_outputs(name: str) -> None:
         shapes = {k: v.shape for k, v in feeds.items() if isinstance(v, np.ndarray)}
         graph = from_onnx(case.model, shapes, values=values)
         if not _cut_every_row_op(graph):
-            pytest.skip("no operator here can be cut in rows (auto_pad, a 1-row output, rank other than 4, ...)")
+            pytest.skip("no operator here can be cut in rows (rank 3 or 5, ceil_mode, Indices, one row)")
         with np.errstate(all="ignore"):
             out = run(graph, feeds)
         problem = compare_outputs(expected, [out[v.name] for v in graph.outputs], case.rtol, case.atol)
@@ -50,8 +50,9 @@ def test_row_bands_of_a_node_case_give_its_expected_outputs(name: str) -> None:
 
 
 def test_the_cases_cut_in_rows_are_many() -> None:
-    """The cases really exercise the cut (26 of the 58 of onnx 1.23: the others have
-    ``auto_pad``, one output row, rank 3 or 5, or an AveragePool with ``ceil_mode``)."""
+    """The cases really exercise the cut (26 of the 58 of onnx 1.23: the others are of
+    rank 3 or 5, an AveragePool with ``ceil_mode``, a MaxPool with its Indices output, or
+    have one output row)."""
     cut = 0
     for name in NAMES:
         case = CASES[name]
