@@ -58,7 +58,7 @@ class CompileError(CorefoldError):
         self.limit = limit
         self.detail = detail
         if resource in self.BYTE_RESOURCES:
-            amounts = f"{_bytes(need)} needed, {_bytes(limit)} available"
+            amounts = f"{format_bytes(need)} needed, {format_bytes(limit)} available"
         else:
             amounts = f"{need:g} needed, {limit:g} available"
         super().__init__(f"{resource} of {where}: {amounts}" + (f" ({detail})" if detail else ""))
@@ -67,7 +67,8 @@ class CompileError(CorefoldError):
         return (type(self), (self.resource, self.where, self.need, self.limit, self.detail))
 
 
-def _bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """``n`` bytes in GiB, MiB or KiB with one decimal, or whole bytes below 1 KiB."""
     for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"

@@ -34,7 +34,7 @@ from corefold.backend.executable import Executable
 from corefold.backend.lgraph import LoweredGraph, build
 from corefold.backend.place import Clustering, cluster, place_on_mesh
 from corefold.backend.tile import tile
-from corefold.errors import CompileError
+from corefold.errors import CompileError, format_bytes
 from corefold.ir import Graph
 from corefold.settings import SettingsError
 from corefold.target import Target
@@ -143,7 +143,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     cores = len(target.usable_cores)
     if total > 0.9 * target.sram_bytes * cores:  # before any tiling: fits() stays fast
         raise CompileError("core count", f"target '{target.name}'", int(-(-total // int(0.9 * target.sram_bytes))),
-                           cores, f"{total / 2**20:.1f} MiB of resident weights")
+                           cores, f"{format_bytes(total)} of resident weights")
     # NOTE: if the weights do not fit beside the pieces, smaller pieces leave them room
     error = None
     threshold = target.core_memory_threshold
@@ -175,7 +175,7 @@ def _check_weights(lg: LoweredGraph, target: Target) -> None:
     need = int(-(-total // int(0.9 * target.sram_bytes)))
     if need > cores:
         raise _NoRetry("core count", f"target '{target.name}'", need, cores,
-                       f"{total / 2**20:.1f} MiB of resident weights")
+                       f"{format_bytes(total)} of resident weights")
 
 
 class _NoRetry(CompileError):
