@@ -319,7 +319,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     built, errors, arrival = trial.built, trial.errors, trial.arrival
     t = time.perf_counter()
     shared = False
-    shared_tried = trials_on and _shares(lg, core_of, base, target)
+    shared_tried = trials_on and bool(lg.tasks) and _shares(lg, core_of, base, target)  # no tasks: constants only
     if shared_tried:
         say("trial: pieces computed in place")
         # NOTE: computing a piece in place of an assembly that other tasks read too (a band

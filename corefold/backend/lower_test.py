@@ -1150,3 +1150,24 @@ def test_the_producers_of_a_task_reading_more_cores_than_a_core_has_streams_shar
     with pytest.raises(CompileError, match="NoC buffers.*reads from 9 cores"):
         cluster(lg, target, True, 2.5, 0.0)
 
+
+
+def test_a_graph_of_constants_alone_lowers_and_runs():
+    """A graph whose outputs are computed from constants alone (a weight's
+    DequantizeLinear, as M1 used to cut them out of an int8 SqueezeNet) has no task: the
+    default settings' sharing trial indexed the first core of none (IndexError, an internal
+    error of `corefold compile`). It lowers, and both runners give the constants."""
+    from corefold.sim import run_simulation
+
+    g = parse("""graph consts
+const a: int8[4] = [3, -2, 0, 127]
+const s: float32[] = fill(0.5)
+const z: int8[] = fill(0)
+node dq = DequantizeLinear(a, s, z) -> (y: float32[4])
+output y
+""")
+    t = load_target("npu-2x2")
+    exe = lower(g, t)
+    want = np.array([1.5, -1.0, 0.0, 63.5], np.float32)
+    np.testing.assert_array_equal(run_executable(exe, {})["y"], want)
+    np.testing.assert_array_equal(run_simulation(exe, {}, t).outputs["y"], want)

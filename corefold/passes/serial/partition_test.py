@@ -399,3 +399,45 @@ def test_optimal_with_a_fast_check_skips_the_split_phase():
     want, got = run(g, feeds), run_chain(g, res, feeds)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+# A quantizer's layout: every weight's DequantizeLinear first, then the operators
+QDQ_WEIGHTS_FIRST = """\
+graph qdq
+input x: float32[1, 4]
+const w1: int8[4, 4] = fill(3)
+const w2: int8[4, 4] = fill(-2)
+const s: float32[] = fill(0.25)
+const z: int8[] = fill(0)
+const shape: int64[2] = [4, 4]
+node dq1 = DequantizeLinear(w1, s, z) -> (f1: float32[4, 4])
+node dq2 = DequantizeLinear(w2, s, z) -> (f2: float32[4, 4])
+node r2 = Reshape(f2, shape) -> (g2: float32[4, 4])
+node m1 = MatMul(x, f1) -> (y1: float32[1, 4])
+node a1 = Relu(y1) -> (h1: float32[1, 4])
+node m2 = MatMul(h1, g2) -> (y2: float32[1, 4])
+output y2
+"""
+
+
+def test_nodes_computed_from_constants_alone_are_cut_with_their_readers():
+    """The weights' DequantizeLinear nodes (and a Reshape of one) move to just before the
+    operator that reads them, so that no executable holds weight conversions alone and
+    passes float weights through DRAM (the int8 light SqueezeNet on ``npu-2x2``: one of its
+    executables held 18 weight DequantizeLinear nodes and nothing else, and lowering it,
+    with no task at all, ended in an IndexError). With at most two nodes per executable,
+    each MatMul shares one with its weight."""
+    from corefold.passes.serial.partition import constants_beside_readers
+
+    g = parse(QDQ_WEIGHTS_FIRST)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    before = parse(QDQ_WEIGHTS_FIRST)
+    cut_before = serial_partition(before, functools.partial(max_nodes, 3), SerialSettings(fusion="d"))
+    assert constants_beside_readers(g) == 4
+    assert [n.name for n in g.topological_order()] == ["dq1", "m1", "a1", "dq2", "r2", "m2"]
+    assert constants_beside_readers(g) == 0  # already in place
+    res = serial_partition(g, functools.partial(max_nodes, 3), SerialSettings(fusion="d"))
+    assert [[n.name for n in sub.nodes] for sub in res.subgraphs(g)] == [["dq1", "m1", "a1"], ["dq2", "r2", "m2"]]
+    assert [n.name for n in cut_before.order] == [n.name for n in res.order]  # serial_partition moved them itself
+    np.testing.assert_array_equal(run_chain(g, res, feeds)["y2"], want["y2"])
