@@ -148,7 +148,7 @@ def test_a_quantized_check_judges_each_operator_and_the_exact_integers_not_the_d
     name = g.outputs[0].name
     step = float(g.outputs[0].producer.inputs[1].const)
     # NOTE: the drift comes from ONNX Runtime's float32 convolution, whose kernel differs
-    # by CPU: 4 steps on the machine this was written on (AVX2 with AVX-VNNI)
+    # by CPU: 4 steps on the machine this was written on (AVX-512 with VNNI)
     drift = _drift(model, g, feeds, exact)
     if drift > 1.5:
         assert f"{drift:.0f} step(s) from ONNX Runtime end to end: ok" in text
