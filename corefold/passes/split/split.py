@@ -12,9 +12,11 @@ balanced unit ranges ``[floor(j E / k), floor((j + 1) E / k))``. If no single ax
 fit, it halves along the axis whose halves touch the fewest bytes and looks at the halves
 again. A convolution or pooling over an image too large for a core, which no cut of its
 rule that reduces nothing makes fit (each output-channel piece still reads every input
-row), is cut into bands of output rows instead (:mod:`.rows`). Each piece is the same operator type on slices of the data: constants are sliced
-directly, activations by ``Slice``; outputs are joined by ``Concat`` on the split axis,
-or added by ``Sum`` when the split is over a reduced dimension (input channels).
+row), is cut into bands of output rows instead (:mod:`.rows`). Each piece is the same
+operator type on slices of the data: constants are sliced directly, activations by
+``Slice``; outputs are joined by ``Concat`` on the split axis, or added by ``Sum`` when
+the split is over a reduced dimension (input channels). An operator that would need more
+than :data:`MAX_PIECES` pieces is refused.
 
 The inserted ``Slice`` and ``Concat`` are data moves between DRAM regions (meta
 ``split_join``) and, like shape-only views (Reshape, Flatten, ...), are not required to
