@@ -23,6 +23,7 @@ from corefold.passes.split.split import JOIN_META, needs_fit, piece_bytes, touch
 #: Operators that can be cut into bands of output rows.
 ROW_OPS = frozenset({"Conv", "MaxPool", "AveragePool"})
 
+
 def row_cuttable(node: Node) -> bool:
     """Whether ``node`` can be cut into bands of output rows: a rank-4 Conv or pooling
     with explicit pads (no ``auto_pad``), one output, and for AveragePool no ``ceil_mode``
@@ -138,7 +139,8 @@ def bands_to_fit(node: Node, threshold: int) -> int | None:
     The fewest bands whose every band fits with the constants whole; when the constants
     alone take more than half of ``threshold``, the fewest whose activations take at most
     half, and the split pass then cuts each band's constants (output channels).
-    O(H * k) for H output rows, k bands tried up to H."""
+    O(H^2) for H output rows (each band count k costs O(k)), plus O(E) per split axis of
+    extent E."""
     if not needs_fit(node) or touched_bytes(node) <= threshold or not row_cuttable(node):
         return None
     join = node.inputs[0].producer
@@ -158,6 +160,8 @@ def bands_to_fit(node: Node, threshold: int) -> int | None:
 
 
 def slice_rows(graph: Graph, x: Value, lo: int, hi: int) -> Value:
+    """Rows ``[lo, hi)`` of the rank-4 ``x``: a constant-bounded Slice marked ``split_join``
+    (a view of the pieces that hold those rows, not a copy), its output. O(1)."""
     consts = [graph.add_constant(f"{x.name}_rows_{what}", np.array([v], np.int64))
               for what, v in (("starts", lo), ("ends", hi), ("axes", 2))]
     sl = graph.make_node("Slice", [x, *consts], name=f"{x.name}_rows_slice")
