@@ -88,3 +88,29 @@ def target_cuts(graph: Graph, order: list[Node]) -> list[int]:
     pos = positions(order)
     n = len(order)
     return sorted({pos[t] + 1 for t in target_nodes(graph) if 0 < pos[t] + 1 < n})
+
+
+def constant_nodes(order: list[Node]) -> set[Node]:
+    """The nodes computed from constants alone (a weight's DequantizeLinear, a Reshape or
+    Transpose of a weight, the split pass's pieces and Concat of one, and nodes computed
+    from those), given a topological ``order``. O(V + E)."""
+    constant: set[Node] = set()
+    for n in order:
+        if not n.control_preds and all(v is None or v.is_constant or v.producer in constant for v in n.inputs):
+            constant.add(n)
+    return constant
+
+
+def clean_ends(order: list[Node]) -> list[int]:
+    """The end positions ``1..n`` of a range that do not fall right after a node computed
+    from constants alone, ascending.
+
+    Such a node's output is a weight: a range ending after it passes the weight through
+    DRAM to the next range (whose compiler would have folded it into its reader), while the
+    cut just before the run of such nodes passes nothing more. With
+    :func:`~corefold.passes.serial.partition.constants_beside_readers` they sit just before
+    their first reader, so the cut before them is as good in every way. Position ``n`` is
+    always kept. O(V + E)."""
+    constant = constant_nodes(order)
+    n = len(order)
+    return [k for k in range(1, n + 1) if k == n or order[k - 1] not in constant]

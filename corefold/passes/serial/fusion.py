@@ -34,12 +34,14 @@ the reference ranges over every cut position of the order, not only the chain's.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from corefold.errors import CompileError
 from corefold.passes.serial.chain import Attributes, Piece
 from corefold.passes.serial.compilers import CompileService
+from corefold.passes.serial.cuts import clean_ends
 
 STRATEGIES = ("a", "b", "c", "d", "optimal", "none")
 
@@ -199,32 +201,54 @@ def minimum_chain(chain: list[Piece], svc: CompileService) -> list[Piece]:
     return [_span(chain, i, j) for i, j in reversed(cuts)]
 
 
-def _furthest(s: int, end: int, fits: Callable[[Piece], bool]) -> int:
-    """The furthest ``e`` in ``(s, end]`` with ``[s, e)`` fitting, given that ``[s, s + 1)``
-    fits: galloping then binary search, O(log(e - s)) checks."""
-    lo, step = s + 1, 1  # lo: an end known to fit
-    hi = None  # an end known not to fit
+def _candidates(s: int, end: int, ends: Sequence[int] | None) -> Sequence[int]:
+    """The end positions a range from ``s`` may take, ascending: those of ``ends`` inside
+    ``(s, end)``, then ``end``; every position when ``ends`` is None. O(log n + answer)."""
+    if ends is None:
+        return range(s + 1, end + 1)
+    return [*ends[bisect_right(ends, s):bisect_left(ends, end)], end]
+
+
+def _furthest(s: int, cand: Sequence[int], fits: Callable[[Piece], bool]) -> int | None:
+    """The furthest ``e`` of ``cand`` (ascending) with ``[s, e)`` fitting, or None when the
+    first does not fit: galloping then binary search, O(log k) checks for the k-th."""
+    if not cand or not fits(Piece(s, cand[0])):
+        return None
+    lo, step = 0, 1  # lo: an index known to fit
+    hi = None  # an index known not to fit
     while hi is None:
-        probe = min(lo + step, end)
+        probe = min(lo + step, len(cand) - 1)
         if probe == lo:
             break
-        if fits(Piece(s, probe)):
+        if fits(Piece(s, cand[probe])):
             lo, step = probe, step * 2
         else:
             hi = probe
     if hi is not None:
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if fits(Piece(s, mid)):
+            if fits(Piece(s, cand[mid])):
                 lo = mid
             else:
                 hi = mid
-    return lo
+    return cand[lo]
 
 
-def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[Piece]:
+def _step(s: int, end: int, ends: Sequence[int] | None, fits: Callable[[Piece], bool]) -> int | None:
+    """The furthest end from ``s`` that ``fits``, among ``ends`` (:func:`_candidates`), else
+    among every position; None when not even ``[s, s + 1)`` fits."""
+    e = _furthest(s, _candidates(s, end, ends), fits)
+    if e is None and ends is not None:
+        e = _furthest(s, _candidates(s, end, None), fits)
+    return e
+
+
+def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool],
+                  ends: Sequence[int] | None = None) -> list[Piece]:
     """The fewest ranges covering ``[start, end)`` of the order that each fit (module
-    docstring), single operators being the finest grain.
+    docstring), single operators being the finest grain. With ``ends``
+    (:func:`~corefold.passes.serial.cuts.clean_ends`), a range ends at one of them whenever
+    one fits, else at any position.
 
     Raises:
         ValueError: a single operator does not fit (nothing covers it).
@@ -232,44 +256,44 @@ def minimum_cover(start: int, end: int, fits: Callable[[Piece], bool]) -> list[P
     out: list[Piece] = []
     s = start
     while s < end:
-        if not fits(Piece(s, s + 1)):
+        e = _step(s, end, ends, fits)
+        if e is None:
             raise ValueError(f"operator at position {s} does not fit on its own")
-        e = _furthest(s, end, fits)
         out.append(Piece(s, e))
         s = e
     return out
 
 
-def compiled_cover(start: int, end: int, svc: CompileService) -> list[Piece]:
+def compiled_cover(start: int, end: int, svc: CompileService, ends: Sequence[int] | None = None) -> list[Piece]:
     """The fewest ranges covering ``[start, end)`` that each *compile*: the greedy of
     :func:`minimum_cover` with every step checked by a full compile. A step the fast check
     overestimated (it fits but does not compile) is shortened by binary search with full
-    compiles, so the step is again the furthest that compiles and the greedy stays optimal
-    for a monotone compiler. O(k log(n / k)) fast checks plus k compiles, and
-    O(log(step)) compiles more for each overestimated step.
+    compiles over the same candidate ends, so the step is again the furthest that compiles
+    and the greedy stays optimal for a monotone compiler. O(k log(n / k)) fast checks plus
+    k compiles, and O(log(step)) compiles more for each overestimated step.
 
     Raises:
         CompileError: a single operator that does not compile.
     """
     out: list[Piece] = []
     s = start
+
+    def compiles(p: Piece) -> bool:
+        return svc.compile(p).ok
+
     while s < end:
-        if svc.fits(Piece(s, s + 1)):
-            e = _furthest(s, end, svc.fits)
-        else:
+        e = _step(s, end, ends, svc.fits)
+        if e is None:
             e = s + 1
-        outcome = svc.compile(Piece(s, e))
-        if not outcome.ok:
-            lo, hi = s, e  # [s, hi) does not compile; [s, lo) does (lo == s: none known yet)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if svc.compile(Piece(s, mid)).ok:
-                    lo = mid
-                else:
-                    hi = mid
-            if lo == s:
+        if not compiles(Piece(s, e)):
+            # the candidates below e: the clean ends first, then every position
+            shorter = [c for c in _candidates(s, end, ends) if c < e]
+            found = _furthest(s, shorter, compiles)
+            if found is None and ends is not None:
+                found = _furthest(s, range(s + 1, min([*shorter[:1], e])), compiles)
+            if found is None:
                 raise alone(svc, s)
-            e = lo
+            e = found
         out.append(Piece(s, e))
         s = e
     return out
@@ -337,7 +361,7 @@ def fuse(strategy: str, chain: list[Piece], svc: CompileService, attrs: Attribut
     if strategy == "optimal":
         if len(chain) <= 2:
             return repair_cover(minimum_chain(chain, svc), chain, svc)
-        return compiled_cover(chain[0].start, chain[-1].end, svc)
+        return compiled_cover(chain[0].start, chain[-1].end, svc, clean_ends(svc.order))
     if strategy not in step:
         raise ValueError(f"unknown fusion strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     done = 0

@@ -32,7 +32,7 @@ from corefold.errors import CompileError, CorefoldError
 from corefold.ir import Graph, Node
 from corefold.passes.serial.chain import Attributes, Piece, extract
 from corefold.passes.serial.compilers import CompileService
-from corefold.passes.serial.cuts import Crossing, crossing, target_cuts
+from corefold.passes.serial.cuts import Crossing, clean_ends, constant_nodes, crossing, target_cuts
 from corefold.passes.serial.fusion import (
     STRATEGIES,
     GroupLimits,
@@ -157,9 +157,13 @@ _BALANCE = {"SRAM": "weights", "NoC buffers": "weights", "instruction memory": "
 
 
 def _choose_cut(piece: Piece, error: CompileError, rules: tuple[str, ...], cuts: set[int], cross: Crossing,
-                attrs: Attributes) -> int | None:
-    """The cut inside ``piece`` by the first rule that offers one (module docstring)."""
-    inner = range(piece.start + 1, piece.end)
+                attrs: Attributes, clean: set[int] | None = None) -> int | None:
+    """The cut inside ``piece`` by the first rule that offers one (module docstring), among
+    the ``clean`` positions (:func:`~corefold.passes.serial.cuts.clean_ends`) when any lies
+    inside."""
+    inner = [k for k in range(piece.start + 1, piece.end) if clean is None or k in clean]
+    if not inner:
+        inner = list(range(piece.start + 1, piece.end))
     measure = getattr(attrs, _BALANCE.get(error.resource, "work"))
     if not np.any(measure[piece.start + 1:piece.end + 1] - measure[piece.start:piece.end]):
         measure = attrs.nodes
@@ -181,7 +185,7 @@ def _choose_cut(piece: Piece, error: CompileError, rules: tuple[str, ...], cuts:
 
 
 def split_until_compiled(pieces: list[Piece], svc: CompileService, settings: SerialSettings, cuts: set[int],
-                         cross: Crossing, attrs: Attributes) -> list[Piece]:
+                         cross: Crossing, attrs: Attributes, clean: set[int] | None = None) -> list[Piece]:
     """Compile every piece; split failing ones (recursively) until all compile.
 
     Raises:
@@ -196,7 +200,8 @@ def split_until_compiled(pieces: list[Piece], svc: CompileService, settings: Ser
         replace: dict[int, list[Piece]] = {}
         for i, out in failed:
             piece = out.piece
-            k = _choose_cut(piece, out.error, settings.split_rules, cuts, cross, attrs) if len(piece) > 1 else None
+            k = (_choose_cut(piece, out.error, settings.split_rules, cuts, cross, attrs, clean) if len(piece) > 1
+                 else None)
             if k is None:
                 raise alone(svc, piece.start, out.error) from None
             replace[i] = [Piece(piece.start, k), Piece(k, piece.end)]
@@ -227,7 +232,7 @@ def prepare(graph: Graph, compile_fn, settings: SerialSettings, svc_factory) -> 
         n = len(order)
         bounds = [0] + (sorted(cuts) if settings.cut_at_targets else []) + [n]
         initial = [Piece(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
-        chain = split_until_compiled(initial, svc, settings, cuts, cross, attrs)
+        chain = split_until_compiled(initial, svc, settings, cuts, cross, attrs, set(clean_ends(order)))
     finally:
         svc.close()
     return Prepared(graph, order, cross, attrs, chain, svc.calls, dict(svc.cache))
@@ -245,7 +250,7 @@ def fuse_prepared(prep: Prepared, settings: SerialSettings, svc_factory, strateg
         calls = prep.split_calls + svc.calls
         minimum = chain_minimum = None
         if settings.reference if reference is None else reference:
-            minimum = len(minimum_cover(0, len(prep.order), svc.fits))
+            minimum = len(minimum_cover(0, len(prep.order), svc.fits, clean_ends(prep.order)))
             chain_minimum = len(minimum_chain(prep.chain, svc)) if prep.chain else 0
     finally:
         svc.close()
@@ -305,10 +310,7 @@ def constants_beside_readers(graph: Graph) -> int:
     that reads it when they share a subgraph). Unread ones (graph outputs) go last.
     O((V + E) log V)."""
     order = graph.topological_order()
-    constant: set[Node] = set()
-    for n in order:
-        if not n.control_preds and all(v is None or v.is_constant or v.producer in constant for v in n.inputs):
-            constant.add(n)
+    constant = constant_nodes(order)
     if not constant:
         return 0
     placed: set[Node] = set()
@@ -352,9 +354,10 @@ def optimal_directly(graph: Graph, settings: SerialSettings, make) -> SerialResu
     svc = make(order, {})
     try:
         cross = crossing(graph, order)
-        pieces = compiled_cover(0, len(order), svc)
+        ends = clean_ends(order)
+        pieces = compiled_cover(0, len(order), svc, ends)
         outcomes = svc.compile_many(pieces)
-        minimum = len(minimum_cover(0, len(order), svc.fits)) if settings.reference else None
+        minimum = len(minimum_cover(0, len(order), svc.fits, ends)) if settings.reference else None
     finally:
         svc.close()
     return SerialResult(order, pieces, [o.executable for o in outcomes], svc.calls, svc.fits_calls, list(pieces),
