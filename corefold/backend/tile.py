@@ -5,7 +5,9 @@
    inference whose mask nobody reads, an Identity, and in a QDQ model a QuantizeLinear of
    a DequantizeLinear with the same scale, zero point and type (ONNX Runtime's
    ``EliminateDropout``, ``EliminateIdentity`` and ``DoubleQDQPairsRemover``).
-2. :func:`fuse_integer` (quantized QDQ models only): every pattern ``DequantizeLinear ->
+2. :func:`dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
+   DequantizeLinear of the moved integer weights; then, in quantized QDQ models only,
+   :func:`fuse_integer`: every pattern ``DequantizeLinear ->
    op [-> Relu] -> QuantizeLinear`` that :class:`~corefold.passes.quantize.integer.IntegerRunner`
    computes in integers becomes one node of domain :data:`INTEGER_DOMAIN` on the integer
    tensors, its quantization in ``meta["quant"]`` (a :class:`QuantOp`); the weight
@@ -233,6 +235,92 @@ def drop_identities(graph: Graph) -> int:
     if dropped:
         _remove_dead(graph)
     return dropped
+
+
+def _dq_of_constants(v: Value | None) -> Node | None:
+    """The DequantizeLinear computing ``v`` from constants alone, if it is one."""
+    d = None if v is None else v.producer
+    if d is None or d.op_type != "DequantizeLinear" or d.domain or d.control_preds:
+        return None
+    return d if all(x is None or x.is_constant for x in d.inputs) else None
+
+
+def _moved_quantization(n: Node, dqs: list[Node]) -> tuple[np.ndarray, QuantTensor] | None:
+    """The integer constant and quantization that ``n`` (a Concat or constant-bound Slice of
+    the dequantized constants ``dqs``) computes, when dequantizing afterwards gives the same
+    floats; None otherwise. O(the weight's elements)."""
+    from corefold import ops
+
+    params = [_dq_params(d) for d in dqs]
+    if any(p is None for p in params):
+        return None
+    first = params[0]
+    rank = dqs[0].inputs[0].const.ndim
+    qaxis = None if first.axis is None else first.axis % max(rank, 1)
+    if n.op_type == "Concat":
+        axis = int(n.attrs.get("axis", 0)) % max(rank, 1)
+        same = all(p.axis == first.axis and p.dtype == first.dtype and np.array_equal(p.scale, first.scale)
+                   and np.array_equal(p.zero_point, first.zero_point) for p in params[1:])
+        if not same or axis == qaxis:
+            return None
+        return np.concatenate([d.inputs[0].const for d in dqs], axis=axis), first
+    bounds = [None if v is None else v.const for v in n.inputs[1:]]
+    kernel = ops.get("Slice").kernel
+    q = dqs[0].inputs[0].const
+    moved = np.asarray(kernel(n.attrs, [q, *bounds])[0])
+    if qaxis is None or 0 in moved.shape:
+        return moved, first
+    shape = [1] * rank
+    shape[qaxis] = -1
+    index = np.broadcast_to(np.arange(q.shape[qaxis]).reshape(shape), q.shape)
+    kept = np.moveaxis(np.asarray(kernel(n.attrs, [index, *bounds])[0]), qaxis, 0).reshape(moved.shape[qaxis], -1)[:, 0]
+    return moved, QuantTensor(first.scale[kept], first.zero_point[kept], first.axis, first.dtype)
+
+
+def dequantize_after_moves(graph: Graph) -> int:
+    """Rewrite every Concat of DequantizeLinear nodes of constants, and every Slice with
+    constant bounds of one, as the DequantizeLinear of the concatenated or sliced integer
+    constant (ONNX Runtime moves DequantizeLinear across such data movement the same way
+    in its QDQ propagation); return how many.
+
+    The split pass, run on a QDQ model before M1, cuts a weight's DequantizeLinear that is
+    too big for a core into pieces and a Concat, and the pieces of the convolution reading
+    it into Slices of that Concat: :func:`fuse_integer` then found no DequantizeLinear
+    before the convolution, left it in float, and its piece held the whole float weight
+    (the int8 light SqueezeNet on 128 KiB cores: a 32-channel piece of a 3 x 3 convolution
+    needed 377.6 KiB). A Concat along a per-channel quantization's own axis, or of pieces
+    quantized differently, stays as it is. O(V + the weights' elements).
+    """
+    outputs = set(map(id, graph.outputs))
+    moved = 0
+    for n in graph.topological_order():
+        if n.domain or n.op_type not in ("Concat", "Slice") or id(n.outputs[0]) in outputs:
+            continue
+        data = list(n.inputs) if n.op_type == "Concat" else [n.inputs[0]]
+        if n.op_type == "Slice" and not all(v is None or v.is_constant for v in n.inputs[1:]):
+            continue
+        dqs = [_dq_of_constants(v) for v in data]
+        if not dqs or any(d is None for d in dqs):
+            continue
+        found = _moved_quantization(n, dqs)
+        if found is None:
+            continue
+        q, qt = found
+        out = n.outputs[0]
+        ins = [graph.add_constant(out.name + "_quantized", np.ascontiguousarray(q, dtype=qt.dtype)),
+               graph.add_constant(out.name + "_scale", np.asarray(qt.scale)),
+               graph.add_constant(out.name + "_zero_point", np.asarray(qt.zero_point, dtype=qt.dtype))]
+        attrs = {} if qt.axis is None else {"axis": int(qt.axis)}
+        dq = Node("DequantizeLinear", ins, [Value(out.name + "_moved", tuple(q.shape), out.dtype)], attrs,
+                  name=n.name + "_dequantize")
+        graph.add_node(dq)
+        graph.replace_all_uses(out, dq.outputs[0])
+        graph.remove_node(n)
+        moved += 1
+    if moved:
+        _remove_dead(graph)
+        graph.sort()
+    return moved
 
 
 def fold_dequantized_weights(graph: Graph) -> int:
@@ -517,6 +605,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     if threshold is None:
         threshold = target.core_memory_threshold
     drop_identities(g)
+    dequantize_after_moves(g)
     if is_quantized(g):
         fuse_integer(g, threshold)
         fold_dequantized_weights(g)

@@ -193,3 +193,78 @@ def test_an_integer_conv_that_fits_only_cut_over_its_reduction_is_out_of_sram():
         tile(_qdq_tall_conv(), load_target("npu"), threshold=10 * 1024)
     assert info.value.resource == "SRAM" and "reduced dimension" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def _split_weight(concat_axis: int = 1, cout: int = 8, cin: int = 6, readers: int = 2) -> Graph:
+    """A per-channel int8 weight (``cout`` output channels, scales on axis 0) dequantized in
+    two pieces, concatenated, and sliced in two for two convolution pieces (the first
+    ``readers`` of them in the graph), as the split pass leaves a QDQ convolution cut
+    before M1 (the int8 light SqueezeNet on 128 KiB cores)."""
+    rng = np.random.default_rng(3)
+    g = Graph("split_weight")
+    x = g.add_input("x", (1, cin, 7, 7), "float32")
+
+    def node(op, ins, shape, attrs=None, name=None):
+        n = g.make_node(op, ins, attrs or {}, name=name)
+        n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype("float32")
+        return n.outputs[0]
+
+    w = rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
+    scale = g.add_constant("w_s", rng.uniform(0.01, 0.1, cout).astype(np.float32))
+    zp = g.add_constant("w_z", np.zeros(cout, np.int8))
+    halves = np.split(w, 2, axis=concat_axis)
+    parts = [node("DequantizeLinear", [g.add_constant(f"w_q{i}", h), scale, zp], h.shape, {"axis": 0}, f"dq{i}")
+             for i, h in enumerate(halves)]
+    whole = node("Concat", parts, w.shape, {"axis": concat_axis}, "cat")
+    outs = []
+    half = cout // 2
+    for i in range(readers):
+        bounds = [g.add_constant(f"b{i}_{k}", np.array(v, np.int64)) for k, v in
+                  enumerate(([half * i], [half * i + half], [0]))]
+        piece = node("Slice", [whole, *bounds], (half, cin, 3, 3), name=f"slice{i}")
+        outs.append(node("Conv", [x, piece], (1, half, 5, 5), {"kernel_shape": [3, 3]}, f"conv{i}"))
+    g.outputs.append(node("Concat", outs, (1, half * readers, 5, 5), {"axis": 1}, "out"))
+    return g
+
+
+def test_a_weight_dequantized_in_pieces_is_dequantized_after_its_concat_and_slices():
+    """Concat and Slice of dequantized constants become the DequantizeLinear of the moved
+    integers, each with its own output channels' scales; the floats are bit for bit the same.
+    Lowered, a convolution piece then holds its own channels, not the whole weight: one
+    reading half of a 110.6 KB float weight fits 96 KiB cores (it needed the whole weight
+    before: the int8 light SqueezeNet's 32-channel piece of a 3 x 3 convolution, alone in an
+    M1 range, needed 377.6 KiB of a 128 KiB core)."""
+    from corefold.backend.testing import small_target
+    from corefold.backend.tile import dequantize_after_moves
+
+    g = _split_weight()
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)["out_out"]
+    c = copy_graph(g)
+    assert dequantize_after_moves(c) == 3  # the Concat, then each Slice of its DequantizeLinear
+    assert sorted(n.op_type for n in c.nodes) == ["Concat", "Conv", "Conv", "DequantizeLinear", "DequantizeLinear"]
+    for conv in (n for n in c.nodes if n.op_type == "Conv"):
+        dq = conv.inputs[1].producer
+        q, s = dq.inputs[0].const, dq.inputs[1].const
+        i = int(conv.name[-1])
+        assert q.shape == (4, 6, 3, 3) and dq.attrs == {"axis": 0}
+        np.testing.assert_array_equal(s, g.constants["w_s"].const[4 * i:4 * i + 4])
+    np.testing.assert_array_equal(run(c, feeds)["out_out"], want)
+
+    g = _split_weight(cout=64, cin=48, readers=1)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)["out_out"]
+    exe = lower(g, small_target(sram_kib=96, reserved_kib=4))
+    assert max(b.nbytes for b in exe.buffers if b.kind == "weight") <= 32 * 48 * 9 * 4
+    out = run_executable(exe, feeds)
+    np.testing.assert_allclose(out["out_out"], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_concat_along_the_quantization_axis_stays():
+    """Pieces concatenated along their per-channel axis carry different channels' scales in
+    one tensor: the Concat stays (the Slices of it then have no DequantizeLinear to move)."""
+    from corefold.backend.tile import dequantize_after_moves
+
+    g = _split_weight(concat_axis=0)
+    assert dequantize_after_moves(g) == 0
+    assert sum(n.op_type == "Concat" for n in g.nodes) == 2

@@ -33,10 +33,35 @@ class Piece:
         return Piece(self.start, other.end)
 
 
+def constant_derived(v: Value | None, memo: dict[Node, bool] | None = None) -> bool:
+    """``v`` is a constant or computed from constants alone (a weight's
+    DequantizeLinear, the split pass's pieces and Concat of a weight, ...). O(size of the
+    constant subgraph behind ``v``), memoised in ``memo``."""
+    if v is None or v.is_constant:
+        return True
+    p = v.producer
+    if p is None or p.control_preds:
+        return False
+    memo = {} if memo is None else memo
+    hit = memo.get(p)
+    if hit is None:
+        memo[p] = False  # NOTE: a graph is acyclic; this only guards the recursion
+        hit = memo[p] = all(constant_derived(x, memo) for x in p.inputs)
+    return hit
+
+
 def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = None) -> Graph:
     """The subgraph of ``order[piece.start:piece.end]`` as a graph of its own (values,
     node names and attributes kept; control edges inside the piece kept, those to other
-    pieces are implied by the serial order). O(nodes + edges of the piece).
+    pieces are implied by the serial order).
+
+    Constants travel with their readers, and so do the nodes computed from constants alone
+    (:func:`constant_derived`): a piece reading such a value from an earlier piece holds its
+    own copy of the nodes computing it, and no piece outputs one unless the model does. So
+    no weight crosses a cut through DRAM (a weight the split pass cut into pieces and
+    concatenated, read by the pieces of a convolution on both sides of a cut, made every
+    range between them fail on resident weights). O(nodes + edges of the piece + the
+    constant subgraphs it reads).
     """
     nodes = order[piece.start:piece.end]
     inside = set(nodes)
@@ -46,21 +71,10 @@ def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = No
     sub.opset = graph.opset
     sub.metadata = dict(graph.metadata)
     made: dict[Value, Value] = {}
-
-    def value(v: Value | None) -> Value | None:
-        if v is None:
-            return None
-        hit = made.get(v)
-        if hit is None:
-            if v.is_constant:
-                hit = sub.add_constant(v.name, v.const)
-            else:
-                hit = sub.add_input(v.name, v.shape, v.dtype)
-            made[v] = hit
-        return hit
-
+    memo: dict[Node, bool] = {}
     copies: dict[Node, Node] = {}
-    for n in nodes:
+
+    def copy_node(n: Node) -> None:
         ins = [value(v) for v in n.inputs]
         new_outs = [Value(v.name, v.shape, v.dtype) for v in n.outputs]
         for old, new in zip(n.outputs, new_outs, strict=True):
@@ -69,13 +83,30 @@ def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = No
         copy.meta = dict(n.meta)
         sub.add_node(copy)
         copies[n] = copy
+
+    def value(v: Value | None) -> Value | None:
+        if v is None:
+            return None
+        hit = made.get(v)
+        if hit is None:
+            if v.is_constant:
+                hit = made[v] = sub.add_constant(v.name, v.const)
+            elif v.producer is not None and v.producer not in inside and constant_derived(v, memo):
+                copy_node(v.producer)  # its inputs first, recursively
+                hit = made[v]
+            else:
+                hit = made[v] = sub.add_input(v.name, v.shape, v.dtype)
+        return hit
+
+    for n in nodes:
+        copy_node(n)
     for n in nodes:
         for p in n.control_preds:
             if p in inside:
                 sub.add_control_edge(copies[p], copies[n])
     for n in nodes:
         for v in n.outputs:
-            if v in outs or any(u.node in later for u in v.uses()):
+            if v in outs or (any(u.node in later for u in v.uses()) and not constant_derived(v, memo)):
                 sub.outputs.append(made[v])
     return sub
 

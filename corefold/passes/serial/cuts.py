@@ -4,8 +4,9 @@ A *cut* at position ``k`` of a topological order separates the prefix ``order[:k
 the suffix ``order[k:]``. Every position is a legal serial cut; what makes one better than
 another is what crosses it: the values produced before ``k`` and read at or after ``k``.
 They become outputs of the earlier subgraph (stored to DRAM or the host) and inputs of the
-later one. Graph inputs are read from DRAM by whichever subgraph needs them and constants
-travel with their readers, so neither crosses a cut.
+later one. Graph inputs are read from DRAM by whichever subgraph needs them, and constants
+and the nodes computed from them alone travel with their readers (:func:`~corefold.passes.serial.chain.extract`),
+so none of them crosses a cut.
 
 A *target node* (the seed's rule, SPEC M1 §3) is a node one of whose outputs is both a
 graph output (a "data output node" in the seed's words) and read by a further compute
@@ -49,7 +50,10 @@ def crossing(graph: Graph, order: list[Node]) -> Crossing:
     n = len(order)
     dcount = np.zeros(n + 2, np.int64)
     dbytes = np.zeros(n + 2, np.int64)
+    constant = constant_nodes(order)
     for i, node in enumerate(order):
+        if node in constant:  # recomputed by each later reader's piece (chain.extract)
+            continue
         for v in node.outputs:
             last = max((pos[u.node] for u in v.uses() if u.node in pos), default=i)
             if last > i:
@@ -63,8 +67,11 @@ def crossing(graph: Graph, order: list[Node]) -> Crossing:
 def crossing_values(order: list[Node], k: int) -> list[Value]:
     """Values produced in ``order[:k]`` and read in ``order[k:]``. O(V + E)."""
     after = set(order[k:])
+    constant = constant_nodes(order)
     out = []
     for node in order[:k]:
+        if node in constant:
+            continue
         for v in node.outputs:
             if any(u.node in after for u in v.uses()):
                 out.append(v)
