@@ -1,11 +1,11 @@
 """Step 1 of lowering, *Tile*: a private copy of the graph whose every operator fits a core.
 
 1. :func:`copy_graph`: lowering never changes the caller's graph.
-   :func:`drop_identities` then removes what computes its input unchanged: a Dropout at
+   :func:`~corefold.backend.qdq.drop_identities` then removes what computes its input unchanged: a Dropout at
    inference whose mask nobody reads, an Identity, and in a QDQ model a QuantizeLinear of
    a DequantizeLinear with the same scale, zero point and type (ONNX Runtime's
    ``EliminateDropout``, ``EliminateIdentity`` and ``DoubleQDQPairsRemover``).
-2. :func:`dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
+2. :func:`~corefold.backend.qdq.dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
    DequantizeLinear of the moved integer weights; then, in quantized QDQ models only,
    :func:`fuse_integer`: every pattern ``DequantizeLinear ->
    op [-> Relu] -> QuantizeLinear`` that :class:`~corefold.passes.quantize.integer.IntegerRunner`
@@ -15,7 +15,7 @@
    cut here, along the split pass's axes (``choose_split``) but never over a reduced
    dimension, slicing per-channel scales with their weights; a pattern that could only be
    cut over a reduced dimension is left in float QDQ form.
-   :func:`fold_dequantized_weights` then turns the DequantizeLinear of every weight that
+   :func:`~corefold.backend.qdq.fold_dequantized_weights` then turns the DequantizeLinear of every weight that
    an operator left in float reads into a float constant.
 3. :func:`fuse_float_activations`: a float activation (Relu, SiLU, HardSwish, Sigmoid,
    Tanh) that alone reads a Conv, Gemm, MatMul, Add or BatchNormalization becomes part of
@@ -31,6 +31,16 @@ import numpy as np
 
 from corefold.backend.executable import QuantOp, QuantTensor
 from corefold.backend.parallel import MIN_ROWS
+from corefold.backend.qdq import (
+    const_of,
+    dequantize_after_moves,
+    dq_params,
+    drop_identities,
+    fold_dequantized_weights,
+    is_quantized,
+    quant_tensor,
+    remove_dead,
+)
 from corefold.errors import CapacityError, CompileError, InternalError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
@@ -74,31 +84,6 @@ def copy_graph(graph: Graph) -> Graph:
     return g
 
 
-def is_quantized(graph: Graph) -> bool:
-    """Whether the graph has QuantizeLinear nodes (a QDQ model)."""
-    return any(n.op_type == "QuantizeLinear" for n in graph.nodes)
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    return None if v is None or v.const is None else v.const
-
-
-def _quant_tensor(scale: np.ndarray, zp: np.ndarray | None, axis: int | None, dtype: np.dtype) -> QuantTensor:
-    scale = np.asarray(scale)
-    z = np.zeros(scale.shape, dtype) if zp is None else np.asarray(zp)
-    return QuantTensor(scale, z, axis if scale.ndim else None, np.dtype(dtype).name)
-
-
-def _dq_params(dq: Node) -> QuantTensor | None:
-    """The quantization of a DequantizeLinear's input, if its scale and zero point are constants."""
-    scale = _const(dq.inputs[1])
-    zp_v = dq.inputs[2] if len(dq.inputs) > 2 else None
-    zp = _const(zp_v)
-    if scale is None or (zp_v is not None and zp is None):
-        return None
-    return _quant_tensor(scale, zp, int(dq.attrs.get("axis", 1)), dq.inputs[0].dtype)
-
-
 def fuse_integer(graph: Graph, threshold: int) -> int:
     """Fuse the integer patterns of a QDQ graph in place (module docstring); return how many.
 
@@ -119,7 +104,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
                 ins.append(None)
                 qins.append(None)
             elif np.issubdtype(v.dtype, np.floating):
-                qt = _dq_params(v.producer)
+                qt = dq_params(v.producer)
                 if qt is None:
                     ok = False
                     break
@@ -128,12 +113,12 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
             else:
                 ins.append(v)
                 qins.append(None)
-        out_scale = _const(q.inputs[1])
+        out_scale = const_of(q.inputs[1])
         zp_v = q.inputs[2] if len(q.inputs) > 2 else None
-        if not ok or out_scale is None or np.asarray(out_scale).ndim or (zp_v is not None and _const(zp_v) is None):
+        if not ok or out_scale is None or np.asarray(out_scale).ndim or (zp_v is not None and const_of(zp_v) is None):
             continue
         out_dtype = q.outputs[0].dtype
-        quant = QuantOp(tuple(qins), _quant_tensor(out_scale, _const(zp_v), None, out_dtype),
+        quant = QuantOp(tuple(qins), quant_tensor(out_scale, const_of(zp_v), None, out_dtype),
                         act.kind if act is not None else None)
         y = q.outputs[0]
         probe = Node(src.op_type, ins, [Value("probe", y.shape, y.dtype)], dict(src.attrs))
@@ -159,7 +144,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
         graph.replace_all_uses(tmp, y)
         outputs = set(map(id, graph.outputs))
         fused += 1
-    _remove_dead(graph)
+    remove_dead(graph)
     order = graph.topological_order()
     graph.reorder(order)
     fused_nodes = [n for n in graph.nodes if n.domain == INTEGER_DOMAIN]
@@ -167,189 +152,6 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
         _cut_fused(graph, n, threshold)
     graph.sort()
     return fused
-
-
-def _inference_dropout(n: Node) -> bool:
-    ratio = n.inputs[1] if len(n.inputs) > 1 else None
-    training = n.inputs[2] if len(n.inputs) > 2 else None
-    if ratio is not None and ratio.const is not None and float(np.asarray(ratio.const).reshape(-1)[0]) == 0.0:
-        return True
-    return training is None or (training.const is not None and not bool(np.asarray(training.const).reshape(-1)[0]))
-
-
-def _same_quantization(dq: Node, q: Node) -> bool:
-    """Whether QuantizeLinear ``q`` undoes DequantizeLinear ``dq`` exactly: the same constant
-    scale and zero point (and axis, when per-axis) and the same integer type, of at most
-    16 bits with a float32 or float64 scale (so that ``(q - z) * s / s`` rounds back to
-    ``q - z``)."""
-    a, b = _dq_params(dq), _dq_params(q)
-    t = dq.inputs[0].dtype
-    if a is None or b is None or q.outputs[0].dtype != t or not np.issubdtype(t, np.integer) or t.itemsize > 2:
-        return False
-    if a.scale.dtype not in (np.float32, np.float64) or b.scale.dtype != a.scale.dtype:
-        return False
-    if a.scale.shape != b.scale.shape or a.zero_point.shape != b.zero_point.shape:
-        return False
-    if a.scale.ndim and a.axis % len(dq.inputs[0].shape) != b.axis % len(dq.inputs[0].shape):
-        return False
-    return bool(np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point))
-
-
-def drop_identities(graph: Graph) -> int:
-    """Remove, in place, the nodes whose output is their input unchanged; return how many.
-
-    * a Dropout at inference (``training_mode`` absent or constant false, or ratio
-      constant 0) whose mask output nobody reads, and an Identity;
-    * ``QuantizeLinear(DequantizeLinear(q))`` with the same constant scale, zero point and
-      integer type: ``round((q - z) * s / s) + z = q`` exactly for every integer ``q`` of
-      the type (an 8-bit ``q - z`` times a float32 ``s`` and divided by it is within an
-      ulp of ``q - z``), so its readers read ``q``.
-
-    On a quantized model the first leaves ``DQ -> Q`` around a removed Dropout (the
-    quantizer gives a data movement's output its input's scale), which the second then
-    removes, so the reader's pattern fuses with the integers before the Dropout: on the int8
-    SqueezeNet a dequantize, a float send, a quantize and an integer send of 4-10 us left
-    the critical path. Graph outputs are kept. O(V + E).
-    """
-    outputs = set(map(id, graph.outputs))
-    dropped = 0
-    for n in list(graph.nodes):
-        if n.domain or id(n.outputs[0]) in outputs or n.inputs[0] is None:
-            continue
-        if n.op_type == "Dropout":
-            if not _inference_dropout(n) or any(o.uses() or id(o) in outputs for o in n.outputs[1:]):
-                continue
-        elif n.op_type == "QuantizeLinear":
-            dq = n.inputs[0].producer
-            if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or not _same_quantization(dq, n):
-                continue
-            graph.replace_all_uses(n.outputs[0], dq.inputs[0])
-            graph.remove_node(n)
-            dropped += 1
-            continue
-        elif n.op_type != "Identity":
-            continue
-        graph.replace_all_uses(n.outputs[0], n.inputs[0])
-        graph.remove_node(n)
-        dropped += 1
-    if dropped:
-        _remove_dead(graph)
-    return dropped
-
-
-def _dq_of_constants(v: Value | None) -> Node | None:
-    """The DequantizeLinear computing ``v`` from constants alone, if it is one."""
-    d = None if v is None else v.producer
-    if d is None or d.op_type != "DequantizeLinear" or d.domain or d.control_preds:
-        return None
-    return d if all(x is None or x.is_constant for x in d.inputs) else None
-
-
-def _moved_quantization(n: Node, dqs: list[Node]) -> tuple[np.ndarray, QuantTensor] | None:
-    """The integer constant and quantization that ``n`` (a Concat or constant-bound Slice of
-    the dequantized constants ``dqs``) computes, when dequantizing afterwards gives the same
-    floats; None otherwise. O(the weight's elements)."""
-    from corefold import ops
-
-    params = [_dq_params(d) for d in dqs]
-    if any(p is None for p in params):
-        return None
-    first = params[0]
-    rank = dqs[0].inputs[0].const.ndim
-    qaxis = None if first.axis is None else first.axis % max(rank, 1)
-    if n.op_type == "Concat":
-        axis = int(n.attrs.get("axis", 0)) % max(rank, 1)
-        same = all(p.axis == first.axis and p.dtype == first.dtype and np.array_equal(p.scale, first.scale)
-                   and np.array_equal(p.zero_point, first.zero_point) for p in params[1:])
-        if not same or axis == qaxis:
-            return None
-        return np.concatenate([d.inputs[0].const for d in dqs], axis=axis), first
-    bounds = [None if v is None else v.const for v in n.inputs[1:]]
-    kernel = ops.get("Slice").kernel
-    q = dqs[0].inputs[0].const
-    moved = np.asarray(kernel(n.attrs, [q, *bounds])[0])
-    if qaxis is None or 0 in moved.shape:
-        return moved, first
-    shape = [1] * rank
-    shape[qaxis] = -1
-    index = np.broadcast_to(np.arange(q.shape[qaxis]).reshape(shape), q.shape)
-    kept = np.moveaxis(np.asarray(kernel(n.attrs, [index, *bounds])[0]), qaxis, 0).reshape(moved.shape[qaxis], -1)[:, 0]
-    return moved, QuantTensor(first.scale[kept], first.zero_point[kept], first.axis, first.dtype)
-
-
-def dequantize_after_moves(graph: Graph) -> int:
-    """Rewrite every Concat of DequantizeLinear nodes of constants, and every Slice with
-    constant bounds of one, as the DequantizeLinear of the concatenated or sliced integer
-    constant (ONNX Runtime moves DequantizeLinear across such data movement the same way
-    in its QDQ propagation); return how many.
-
-    The split pass, run on a QDQ model before M1, cuts a weight's DequantizeLinear that is
-    too big for a core into pieces and a Concat, and the pieces of the convolution reading
-    it into Slices of that Concat: :func:`fuse_integer` then found no DequantizeLinear
-    before the convolution, left it in float, and its piece held the whole float weight
-    (the int8 light SqueezeNet on 128 KiB cores: a 32-channel piece of a 3 x 3 convolution
-    needed 377.6 KiB). A Concat along a per-channel quantization's own axis, or of pieces
-    quantized differently, stays as it is. O(V + the weights' elements).
-    """
-    outputs = set(map(id, graph.outputs))
-    moved = 0
-    for n in graph.topological_order():
-        if n.domain or n.op_type not in ("Concat", "Slice") or id(n.outputs[0]) in outputs:
-            continue
-        data = list(n.inputs) if n.op_type == "Concat" else [n.inputs[0]]
-        if n.op_type == "Slice" and not all(v is None or v.is_constant for v in n.inputs[1:]):
-            continue
-        dqs = [_dq_of_constants(v) for v in data]
-        if not dqs or any(d is None for d in dqs):
-            continue
-        found = _moved_quantization(n, dqs)
-        if found is None:
-            continue
-        q, qt = found
-        out = n.outputs[0]
-        ins = [graph.add_constant(out.name + "_quantized", np.ascontiguousarray(q, dtype=qt.dtype)),
-               graph.add_constant(out.name + "_scale", np.asarray(qt.scale)),
-               graph.add_constant(out.name + "_zero_point", np.asarray(qt.zero_point, dtype=qt.dtype))]
-        attrs = {} if qt.axis is None else {"axis": int(qt.axis)}
-        dq = Node("DequantizeLinear", ins, [Value(out.name + "_moved", tuple(q.shape), out.dtype)], attrs,
-                  name=n.name + "_dequantize")
-        graph.add_node(dq)
-        graph.replace_all_uses(out, dq.outputs[0])
-        graph.remove_node(n)
-        moved += 1
-    if moved:
-        _remove_dead(graph)
-        graph.sort()
-    return moved
-
-
-def fold_dequantized_weights(graph: Graph) -> int:
-    """Replace every DequantizeLinear left after :func:`fuse_integer` whose inputs are all
-    constants (the weights of an operator that stays float, e.g. a Gemm whose output is
-    not quantized) by the float constant it computes, so that the split pass can cut that
-    operator along its weights like any float one; return how many. Without it the
-    dequantized weight is one activation the size of the whole float weight, made by one
-    task, which no split can cut. O(weights' elements).
-    """
-    from corefold import ops
-
-    kernel = ops.get("DequantizeLinear").kernel
-    outputs = set(map(id, graph.outputs))
-    folded = 0
-    for n in list(graph.nodes):
-        if n.op_type != "DequantizeLinear" or n.domain or id(n.outputs[0]) in outputs:
-            continue
-        if not all(v is None or v.is_constant for v in n.inputs):
-            continue
-        out = n.outputs[0]
-        array = kernel(n.attrs, [None if v is None else v.const for v in n.inputs])[0]
-        c = graph.add_constant(out.name + "_folded", np.asarray(array, dtype=out.dtype))
-        graph.replace_all_uses(out, c)
-        graph.remove_node(n)
-        folded += 1
-    if folded:
-        _remove_dead(graph)
-    return folded
 
 
 #: Float operators that take a fused activation (``meta[ACTIVATION_META]``).
@@ -434,22 +236,6 @@ def activation_cost(kind: str, out: Value, target: Target) -> tuple[float, float
         entry = ops.get(op_type, where=f"activation {kind}")
         work += float(ops.work(entry, {}, [spec] * (2 if op_type == "Mul" else 1), [spec])[1])
     return work, work / (target.units["vector"].throughput * target.clock_hz)
-
-
-def _remove_dead(graph: Graph) -> None:
-    """Drop nodes whose outputs nobody reads (the consumed DequantizeLinear nodes), then
-    constants nobody reads. O(V + E)."""
-    outputs = set(map(id, graph.outputs))
-    changed = True
-    while changed:
-        changed = False
-        for n in reversed(graph.nodes):
-            if n.op_type == "DequantizeLinear" and all(not o.uses() and id(o) not in outputs for o in n.outputs):
-                graph.remove_node(n)
-                changed = True
-    dead = [k for k, v in graph.constants.items() if not v.uses() and id(v) not in outputs]
-    for k in dead:
-        graph.remove_constant(k)
 
 
 def _slice_quant(qt: QuantTensor | None, rank: int, axis: int, s: int, e: int) -> QuantTensor | None:

@@ -8,7 +8,8 @@ import pytest
 
 from corefold.backend import check_executable, lower, run_executable
 from corefold.backend.executable import Compute
-from corefold.backend.tile import copy_graph, drop_identities, tile
+from corefold.backend.qdq import drop_identities
+from corefold.backend.tile import copy_graph, tile
 from corefold.errors import CompileError
 from corefold.executor import random_inputs, run
 from corefold.ir import Graph
@@ -235,7 +236,7 @@ def test_a_weight_dequantized_in_pieces_is_dequantized_after_its_concat_and_slic
     before: the int8 light SqueezeNet's 32-channel piece of a 3 x 3 convolution, alone in an
     M1 range, needed 377.6 KiB of a 128 KiB core)."""
     from corefold.backend.testing import small_target
-    from corefold.backend.tile import dequantize_after_moves
+    from corefold.backend.qdq import dequantize_after_moves
 
     g = _split_weight()
     feeds = random_inputs(g, 0)
@@ -263,7 +264,7 @@ def test_a_weight_dequantized_in_pieces_is_dequantized_after_its_concat_and_slic
 def test_a_concat_along_the_quantization_axis_stays():
     """Pieces concatenated along their per-channel axis carry different channels' scales in
     one tensor: the Concat stays (the Slices of it then have no DequantizeLinear to move)."""
-    from corefold.backend.tile import dequantize_after_moves
+    from corefold.backend.qdq import dequantize_after_moves
 
     g = _split_weight(concat_axis=0)
     assert dequantize_after_moves(g) == 0
