@@ -235,8 +235,8 @@ def test_a_weight_dequantized_in_pieces_is_dequantized_after_its_concat_and_slic
     reading half of a 110.6 KB float weight fits 96 KiB cores (it needed the whole weight
     before: the int8 light SqueezeNet's 32-channel piece of a 3 x 3 convolution, alone in an
     M1 range, needed 377.6 KiB of a 128 KiB core)."""
-    from corefold.backend.testing import small_target
     from corefold.backend.qdq import dequantize_after_moves
+    from corefold.backend.testing import small_target
 
     g = _split_weight()
     feeds = random_inputs(g, 0)
