@@ -203,13 +203,13 @@ def boundary_bytes(exes) -> tuple[int, int]:
 
 def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, log) -> dict:
     """Split once, fuse with every strategy, link and simulate each chain (module docstring)."""
-    from corefold.compile import fits_for, link, lower_for
+    from corefold.compile import fits_for, link, lower_for, split_threshold
     from corefold.executor import random_inputs
     from corefold.frontend.onnx import load_model
     from corefold.passes.serial import SerialSettings
     from corefold.passes.serial.compilers import CompileService
     from corefold.passes.serial.partition import fuse_prepared, optimal_directly, prepare
-    from corefold.passes.split import SplitPass
+    from corefold.passes.split import SplitPass, SplitSettings
     from corefold.pipeline import CompileContext, Pipeline
     from corefold.sim import simulate_chain
 
@@ -218,7 +218,8 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     feeds = random_inputs(graph, seed=seed)
     nodes_in = len(graph)
     settings = SerialSettings(fusion=DEFAULT, workers=workers)
-    ctx = CompileContext(target=target, settings={"serial": settings}, seed=seed)
+    split = SplitSettings(threshold=split_threshold(graph, target))  # as compile_model splits
+    ctx = CompileContext(target=target, settings={"serial": settings, "split": split}, seed=seed)
     Pipeline([SplitPass()]).run(graph, ctx)
     compile_fn, fits_fn = lower_for(target), fits_for(target)
 

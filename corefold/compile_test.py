@@ -52,3 +52,34 @@ def test_polish_lowers_each_subgraph_again_with_the_search_and_keeps_a_candidate
     assert replaced == 0 and ticks.n == 2 and all(a is b for a, b in zip(out, candidates, strict=True))
     with pytest.raises(ValueError):  # one executable per subgraph
         polish(candidates, subs[:1], t, 0.1)
+
+
+def test_a_quantized_model_is_split_for_m1_only_to_what_the_chip_holds(tmp_path):
+    """A QDQ model's operators are cut ahead of M1 only where the whole chip could not hold
+    them: cut to one core's budget, the split pass cut each convolution, its weights'
+    DequantizeLinear and its QuantizeLinear apart, the backend found no integer pattern
+    and every piece ran in float (the int8 light SqueezeNet on 128 KiB cores: 79 float
+    convolution pieces in one executable). Here every convolution runs in integers, and the
+    chain computes the integer runner's outputs exactly."""
+    import numpy as np
+
+    from corefold.backend.testing import small_target
+    from corefold.compile import CompileSettings, compile_model, split_threshold
+    from corefold.passes.quantize import load_calibration
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.sim import simulate_chain
+
+    g = _conv_chain(16, 16, 3)
+    t = small_target(sram_kib=32, reserved_kib=2)  # a 16-channel 16 x 16 layer touches 41 KiB
+    assert split_threshold(g, t) == t.core_memory_threshold
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32))
+    build = compile_model(g, t, calib=load_calibration(tmp_path / "c.npz", g),
+                          settings=CompileSettings(strategies_table=False, polish=False, simulate=False))
+    assert split_threshold(build.graph, t) == t.core_memory_threshold * len(t.usable_cores)
+    convs = [op for exe in build.executables for op in exe.ops if op.op_type == "Conv"]
+    assert len(convs) >= 3 and all(op.quant is not None for op in convs)
+    feeds = random_inputs(build.graph, 1)
+    want = IntegerRunner(build.graph).run(feeds)
+    got = simulate_chain(build.executables, feeds, t).tensors
+    for v in build.graph.outputs:
+        np.testing.assert_array_equal(got[v.name], want[v.name])
