@@ -239,12 +239,37 @@ def _split_for_m1():
     return SplitForM1()
 
 
+def _partition(graph: Graph, target: Target, ctx: CompileContext, memo: dict) -> Graph:
+    """Split and partition (M1) ``graph`` in place; return the graph partitioned.
+
+    A QDQ model split only to the chip's budget (:func:`split_threshold`) can hold an
+    operator that compiles neither fused (it fits a core only cut over a reduced dimension)
+    nor in float (the int8 ResNet-18 on cores of 128 KiB: a 3 x 3 convolution of 64 -> 128
+    channels alone needs 320 KiB). M1 then ends in a compile error naming it; the model is
+    then split and partitioned again from a copy taken before, to one core's budget, as a
+    float model is (its pieces run in float). O(one more split and partition on failure)."""
+    from corefold.backend.tile import copy_graph
+    from corefold.passes.split import SplitPass, SplitSettings
+
+    core = int(target.core_memory_threshold)
+    fallback = (copy_graph(graph) if ctx.settings.get(SplitPass.name) is None and split_threshold(graph, target) > core
+                else None)
+    try:
+        Pipeline([_split_for_m1(), SerialPass()]).run(graph, ctx)
+        return graph
+    except CompileError:
+        if fallback is None:
+            raise
+    memo.clear()  # outcomes of the other graph's ranges
+    ctx.settings[SplitPass.name] = SplitSettings(threshold=core)
+    Pipeline([SplitPass(), SerialPass()]).run(fallback, ctx)
+    return fallback
+
+
 def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
-    passes: list[Any] = []
     if calib is not None:
-        passes.append(_QuantizeStep(calib, quantize))
-    passes += [_split_for_m1(), SerialPass()]
-    Pipeline(passes).run(graph, ctx)
+        Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)
+    graph = _partition(graph, target, ctx, memo)
     res: SerialResult = ctx.data["serial"]
     executables = list(res.outcomes)
     subgraphs = res.subgraphs(graph)

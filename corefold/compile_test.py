@@ -83,3 +83,38 @@ def test_a_quantized_model_is_split_for_m1_only_to_what_the_chip_holds(tmp_path)
     got = simulate_chain(build.executables, feeds, t).tensors
     for v in build.graph.outputs:
         np.testing.assert_array_equal(got[v.name], want[v.name])
+
+
+def _touches_at_most(limit, sub):
+    """A stand-in compiler that refuses any operator touching more than ``limit`` bytes (data
+    movement aside: the backend turns a Concat or Slice into transfers)."""
+    from corefold.passes.split.split import touched_bytes
+
+    worst = max((touched_bytes(n) for n in sub.nodes if n.op_type not in ("Concat", "Slice")), default=0)
+    if worst > limit:
+        raise CompileError("SRAM", "core (0,0)", worst, limit, "one operator")
+    return sub.name
+
+
+def test_a_quantized_model_whose_operator_compiles_only_cut_per_core_is_split_again(tmp_path):
+    """When an operator of a QDQ model split only to the chip's budget does not compile
+    alone (the int8 ResNet-18 on 128 KiB cores), the model is split again from a copy, to
+    one core's budget, and partitioned: the build holds the pieces, every one compiled."""
+    import functools
+
+    import numpy as np
+
+    from corefold.backend.testing import small_target
+    from corefold.compile import CompileSettings, compile_model
+    from corefold.passes.quantize import load_calibration
+
+    g = _conv_chain(16, 16, 3)
+    t = small_target(sram_kib=32, reserved_kib=2)
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32))
+    build = compile_model(g, t, calib=load_calibration(tmp_path / "c.npz", g),
+                          compiler=functools.partial(_touches_at_most, t.core_memory_threshold),
+                          settings=CompileSettings(strategies_table=False, polish=False, simulate=False))
+    convs = [n for n in build.graph.nodes if n.op_type == "Conv"]
+    assert build.graph is not g and len(convs) > 3  # cut into pieces
+    assert len(build.executables) == len(build.serial.pieces) >= 1
+    assert build.serial.pieces[-1].end == len(build.serial.order) == len(build.graph)
