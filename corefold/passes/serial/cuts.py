@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corefold.ir import Graph, Node, Value
+from corefold.passes.serial.chain import constant_derived
 
 
 @dataclass(frozen=True)
@@ -100,21 +101,19 @@ def target_cuts(graph: Graph, order: list[Node]) -> list[int]:
 def constant_nodes(order: list[Node]) -> set[Node]:
     """The nodes computed from constants alone (a weight's DequantizeLinear, a Reshape or
     Transpose of a weight, the split pass's pieces and Concat of one, and nodes computed
-    from those), given a topological ``order``. O(V + E)."""
-    constant: set[Node] = set()
-    for n in order:
-        if not n.control_preds and all(v is None or v.is_constant or v.producer in constant for v in n.inputs):
-            constant.add(n)
-    return constant
+    from those: :func:`~corefold.passes.serial.chain.constant_derived`'s rule), given a
+    topological ``order``. O(V + E)."""
+    memo: dict[Node, bool] = {}
+    return {n for n in order if not n.control_preds and all(constant_derived(v, memo) for v in n.inputs)}
 
 
 def clean_ends(order: list[Node]) -> list[int]:
     """The end positions ``1..n`` of a range that do not fall right after a node computed
     from constants alone, ascending.
 
-    Such a node's output is a weight: a range ending after it passes the weight through
-    DRAM to the next range (whose compiler would have folded it into its reader), while the
-    cut just before the run of such nodes passes nothing more. With
+    Such a node's output is a weight that every later reader's range computes again
+    (:func:`~corefold.passes.serial.chain.extract`): a range ending after it holds a copy
+    nobody in it reads. With
     :func:`~corefold.passes.serial.partition.constants_beside_readers` they sit just before
     their first reader, so the cut before them is as good in every way. Position ``n`` is
     always kept. O(V + E)."""
