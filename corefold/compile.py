@@ -243,11 +243,12 @@ def _partition(graph: Graph, target: Target, ctx: CompileContext, memo: dict) ->
     """Split and partition (M1) ``graph`` in place; return the graph partitioned.
 
     A QDQ model split only to the chip's budget (:func:`split_threshold`) can hold an
-    operator that compiles neither fused (it fits a core only cut over a reduced dimension)
-    nor in float (the int8 ResNet-18 on cores of 128 KiB: a 3 x 3 convolution of 64 -> 128
-    channels alone needs 320 KiB). M1 then ends in a compile error naming it; the model is
-    then split and partitioned again from a copy taken before, to one core's budget, as a
-    float model is (its pieces run in float). O(one more split and partition on failure)."""
+    operator that compiles neither fused nor in float (until stop 37, when the backend cut
+    integer reductions only in float, the int8 ResNet-18 on cores of 128 KiB: a 3 x 3
+    convolution of 64 -> 128 channels alone needed 320 KiB). M1 then ends in a compile
+    error naming it; the model is then split and partitioned again from a copy taken
+    before, to one core's budget, as a float model is (its pieces run in float).
+    O(one more split and partition on failure)."""
     from corefold.backend.tile import copy_graph
     from corefold.passes.split import SplitPass, SplitSettings
 

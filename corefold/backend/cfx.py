@@ -66,6 +66,8 @@ INTERLEAVE_VERSION = 3
 #: The format version that introduced fused activations of float ops (``Op.activation``) and
 #: the vector work of fused activations (``Op.activation_work``).
 FLOAT_ACTIVATION_VERSION = 4
+#: The format version that introduced the integer Sum of partial accumulators.
+INTEGER_SUM_VERSION = 5
 UNIT_CODES = {"dma": 0, "matrix": 1, "vector": 2}
 NO_ENGINE = 0xFF
 BLOB_ALIGN = 64
@@ -315,6 +317,8 @@ def to_bytes(exe: Executable) -> bytes:
         version = max(version, INTERLEAVE_VERSION)
     if any(o.activation is not None or o.activation_work for o in exe.ops):
         version = max(version, FLOAT_ACTIVATION_VERSION)
+    if any(o.quant is not None and o.op_type == "Sum" for o in exe.ops):
+        version = max(version, INTEGER_SUM_VERSION)
     for p in exe.programs:
         body = b"".join(encode_instruction(i) for i in p.instructions)
         prog += struct.pack("<HHII", p.core[0], p.core[1], len(p.instructions), len(body)) + body
@@ -423,6 +427,8 @@ def _assemble(sec: dict[str, bytes], what: str, target, version: int) -> Executa
             raise CfxError(f"{what}: op '{o.name}' has activation {act!r}, unknown to format version {version}")
         if (o.activation is not None or o.activation_work) and version < FLOAT_ACTIVATION_VERSION:
             raise CfxError(f"{what}: op '{o.name}' has a fused activation's work, unknown to format version {version}")
+        if o.quant is not None and o.op_type == "Sum" and version < INTEGER_SUM_VERSION:
+            raise CfxError(f"{what}: integer Sum '{o.name}', unknown to format version {version}")
         if o.activation is not None and o.activation not in ACTIVATIONS:
             raise CfxError(f"{what}: float op '{o.name}' has activation {o.activation!r}, unknown to format "
                            f"version {version}")

@@ -47,8 +47,8 @@ def test_a_dma_copy_in_a_version_1_file_is_refused():
     data[8:10] = b"\x01\x00"  # the header has no checksum of its own; PROG is intact
     with pytest.raises(CfxError, match="opcode 9 in a format version 1 file"):
         from_bytes(bytes(data))
-    data[8:10] = b"\x05\x00"
-    with pytest.raises(CfxError, match="format version 5, this corefold reads versions 1, 2, 3, 4"):
+    data[8:10] = b"\x06\x00"
+    with pytest.raises(CfxError, match="format version 6, this corefold reads versions 1, 2, 3, 4, 5"):
         from_bytes(bytes(data))
 
 
@@ -112,3 +112,23 @@ def test_an_instruction_size_is_the_length_of_its_encoding():
              ex.Recv(7, (0, 0), b), ex.Signal(9, (1, 1), route[:2]), ex.Wait(9, (0, 0), (3,))]
     for ins in cases:
         assert instruction_size(ins) == len(encode_instruction(ins)), ins
+
+
+def test_an_integer_sum_is_version_5_and_refused_in_version_4():
+    """An integer Sum of partial accumulators (int32 inputs at the accumulator's per-channel
+    scale) writes format version 5 and reads back the same; labelled version 4 it is refused."""
+    import numpy as np
+
+    from corefold.backend.executable import Op, QuantOp, QuantTensor
+
+    exe, t = _copy_exe()
+    acc = QuantTensor(np.array([1e-4, 2e-4]), np.zeros(2, np.int32), 1, "int32")
+    out = QuantTensor(np.array(0.05), np.array(0, np.int8), None, "int8")
+    exe.ops.append(Op("acc_sum", "Sum", {}, ((1, 2), (1, 2)), ("int32", "int32"), ((1, 2),), ("int8",), "vector",
+                      4.0, QuantOp((acc, acc), out, "Relu")))
+    data = bytearray(to_bytes(exe))
+    assert data[8:10] == b"\x05\x00"
+    assert from_bytes(bytes(data), target=t).ops[-1].quant == exe.ops[-1].quant
+    data[8:10] = b"\x04\x00"
+    with pytest.raises(CfxError, match="integer Sum 'acc_sum', unknown to format version 4"):
+        from_bytes(bytes(data))

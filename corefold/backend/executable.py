@@ -167,10 +167,12 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
 #: interleaved DRAM regions (:attr:`DramRegion.interleave` above 1); an executable without
 #: one is written as version 1 or 2. Version 4 added fused activations of float ops
 #: (:attr:`Op.activation`); an executable without one is written as an earlier version.
-FORMAT_VERSION = 4
+#: Version 5 added the integer ``Sum`` of partial accumulators (an op ``Sum`` with ``quant``
+#: set, its inputs int32: a linear operator cut over its reduced dimension).
+FORMAT_VERSION = 5
 
 #: Every format version this corefold reads.
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 #: Mesh directions, in the order of the report's ``link_bytes[y][x][d]``.
 DIRECTIONS = ("N", "E", "S", "W")

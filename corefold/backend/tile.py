@@ -12,9 +12,11 @@
    computes in integers becomes one node of domain :data:`INTEGER_DOMAIN` on the integer
    tensors, its quantization in ``meta["quant"]`` (a :class:`QuantOp`); the weight
    DequantizeLinear nodes it consumed disappear. A fused node that does not fit a core is
-   cut here, along the split pass's axes (``choose_split``) but never over a reduced
-   dimension, slicing per-channel scales with their weights; a pattern that could only be
-   cut over a reduced dimension is left in float QDQ form.
+   cut here, along the split pass's axes (``choose_split``), slicing per-channel scales
+   with their weights; a Conv, MatMul or Gemm cut over its reduced dimension becomes int32
+   partial accumulators and one fused ``Sum`` that requantizes them (:class:`_Partial`,
+   exact); any other pattern that could only be cut over a reduced dimension is left in
+   float QDQ form.
    :func:`~corefold.backend.qdq.fold_dequantized_weights` then turns the DequantizeLinear of every weight that
    an operator left in float reads into a float constant.
 3. :func:`fuse_float_activations`: a float activation (Relu, SiLU, HardSwish, Sigmoid,
@@ -125,13 +127,13 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
         fits = touched_bytes(probe) <= threshold
         if not fits:
             try:
-                fits = not choose_split(probe, threshold)[0].reduce
+                fits = not choose_split(probe, threshold)[0].reduce or reducible(src.op_type, src.attrs, quant)
             except CapacityError:
                 fits = False
             fits = fits or bands_to_fit(probe, threshold) is not None
         probe.detach_inputs()
         if not fits:
-            continue  # NOTE: only a cut over a reduced dimension would fit: stays float QDQ
+            continue  # NOTE: only a cut over a reduced dimension, which it has no exact form of, would fit
         tmp = Value("__fused", y.shape, y.dtype)
         graph.replace_all_uses(y, tmp)
         outputs = set(map(id, graph.outputs))  # y, if it was one, is now tmp
@@ -285,9 +287,10 @@ def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
 
 def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
     """Cut a node (a fused integer node keeps its quantization, sliced with its tensors)
-    until every piece fits ``threshold`` bytes, never over a reduced dimension (split
-    rules of :mod:`corefold.passes.split.rules`); ``forced`` gives the axis and piece count
-    of the first cut instead. O(pieces)."""
+    until every piece fits ``threshold`` bytes (split rules of
+    :mod:`corefold.passes.split.rules`), over a reduced dimension only when
+    :func:`reducible` (:class:`_Partial`); ``forced`` gives the axis and piece count of the
+    first cut instead. O(pieces)."""
     if forced is not None:
         ax, k = forced
     else:
@@ -303,13 +306,14 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
             ax, k = choose_split(node, threshold)
         except CapacityError as exc:
             raise CompileError("SRAM", "every core", touched_bytes(node), threshold, str(exc)) from None
-        if ax.reduce:
+        if ax.reduce and not reducible(node.op_type, node.attrs, node.meta.get("quant")):
             # NOTE: out of SRAM, not an unsupported operator: a smaller subgraph or a bigger
             # core may hold it (M1 splits on a CompileError; an UnsupportedOpError ended the compile)
             raise CompileError("SRAM", "every core", touched_bytes(node), threshold,
                                f"integer node '{node.name}' fits a core only cut over a reduced dimension, "
                                f"which its integers cannot be")
     quant: QuantOp | None = node.meta.get("quant")
+    partial = _Partial(graph, node, quant) if ax.reduce and quant is not None else None
     pieces: list[Node] = []
     slices: dict[tuple[int, int, int, int], Value] = {}
     for j in range(k):
@@ -317,7 +321,14 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
         ins: list[Value | None] = []
         qins: list[QuantTensor | None] = []
         qts = quant.inputs if quant is not None else (None,) * len(node.inputs)
-        for v, m, qt in zip(node.inputs, list(ax.inputs) + [None] * len(node.inputs), qts, strict=False):
+        for i, (v, m, qt) in enumerate(zip(node.inputs, list(ax.inputs) + [None] * len(node.inputs), qts,
+                                           strict=False)):
+            if partial is not None and i >= 2:
+                ins.append(partial.bias if j == 0 else None)  # the bias once, in the first piece
+                qins.append(partial.bias_quant if j == 0 else None)
+                continue
+            if partial is not None:
+                qt = partial.unit(qt)
             if v is None or m is None:
                 ins.append(v)
                 qins.append(qt)
@@ -343,31 +354,111 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
                     out.dtype = v.dtype
                     slices[key] = out
                 ins.append(slices[key])
+        while partial is not None and ins[-1] is None:
+            ins.pop()
+            qins.pop()
         attrs = dict(node.attrs)
         if ax.scales_group:
             attrs["group"] = e - s
         o = node.outputs[0]
-        oa, osc = ax.output
         piece = graph.make_node(node.op_type, ins, attrs, name=f"{node.name}_part{j}",
                                 output_names=[f"{o.name}_part{j}"], domain=node.domain)
-        piece.outputs[0].dtype = o.dtype
-        piece.outputs[0].shape = tuple((e - s) * osc if d == oa else x for d, x in enumerate(o.shape))
-        if quant is not None:
-            piece.meta["quant"] = QuantOp(tuple(qins), quant.output, quant.activation)
-        if node.meta.get(ACTIVATION_META):
-            piece.meta[ACTIVATION_META] = node.meta[ACTIVATION_META]
+        if partial is not None:
+            piece.outputs[0].dtype, piece.outputs[0].shape = np.dtype(np.int32), o.shape
+            piece.meta["quant"] = QuantOp(tuple(qins), partial.accumulator_unit, None)
+        else:
+            oa, osc = ax.output
+            piece.outputs[0].dtype = o.dtype
+            piece.outputs[0].shape = tuple((e - s) * osc if d == oa else x for d, x in enumerate(o.shape))
+            if quant is not None:
+                piece.meta["quant"] = QuantOp(tuple(qins), quant.output, quant.activation)
+            if node.meta.get(ACTIVATION_META):
+                piece.meta[ACTIVATION_META] = node.meta[ACTIVATION_META]
         pieces.append(piece)
     o = node.outputs[0]
     hold = Value("__hold", o.shape, o.dtype)
     graph.replace_all_uses(o, hold)
     graph.remove_node(node)
-    join = Node("Concat", [p.outputs[0] for p in pieces], [o], {"axis": ax.output[0]}, name=f"{o.name}_concat")
-    join.meta[JOIN_META] = True
+    if partial is not None:
+        join = Node("Sum", [p.outputs[0] for p in pieces], [o], name=f"{o.name}_sum", domain=INTEGER_DOMAIN)
+        join.meta["quant"] = QuantOp((partial.accumulator,) * k, quant.output, quant.activation)
+    else:
+        join = Node("Concat", [p.outputs[0] for p in pieces], [o], {"axis": ax.output[0]},
+                    name=f"{o.name}_concat")
+        join.meta[JOIN_META] = True
     graph.add_node(join)
     graph.replace_all_uses(hold, o)
     if threshold is not None:
-        for p in pieces:
+        for p in [*pieces, join] if partial is not None else pieces:
             _cut(graph, p, threshold)
+
+
+#: Integer operators that can be cut over their reduced dimension (:class:`_Partial`).
+REDUCIBLE = frozenset({"Conv", "MatMul", "Gemm"})
+
+
+def reducible(op_type: str, attrs: dict, quant: QuantOp | None) -> bool:
+    """Whether an integer operator can be cut over its reduced dimension exactly
+    (:class:`_Partial`): a Conv of one group, a MatMul, or a Gemm with ``alpha`` = ``beta``
+    = 1, both data inputs quantized. O(1)."""
+    if quant is None or op_type not in REDUCIBLE or len(quant.inputs) < 2 or None in quant.inputs[:2]:
+        return False
+    if op_type == "Conv":
+        return int(attrs.get("group", 1)) == 1
+    if op_type == "Gemm":
+        return float(attrs.get("alpha", 1.0)) == 1.0 and float(attrs.get("beta", 1.0)) == 1.0
+    return True
+
+
+class _Partial:
+    """An integer linear operator cut over its reduced dimension (input channels, the
+    inner dimension of a product), exactly as the integer runner computes it whole.
+
+    Each piece computes its int32 partial accumulator ``sum (x - zx)(w - zw)`` over its
+    slice: the same fused operator with unit scales (``M = 1 * 1 / 1``, so its rounding
+    returns the integers unchanged), the first piece adding the bias as integers at the
+    accumulator's scale (:func:`~corefold.passes.quantize.integer.bias_integers`). A fused
+    ``Sum`` of the partials at that scale ``sx * sw`` (float64, per output channel, computed
+    as the runner computes it) requantizes once with ``sx * sw / sy`` and the activation: the
+    integers of the uncut operator, bit for bit (integer addition is associative). O(1) per
+    piece, plus O(channels) for the bias.
+    """
+
+    def __init__(self, graph: Graph, node: Node, quant: QuantOp):
+        from corefold.passes.quantize.integer import bias_integers
+
+        qx, qw = quant.inputs[0], quant.inputs[1]
+        sw = qw.scale.reshape(-1) if qw.axis is not None else qw.scale
+        alpha = float(node.attrs.get("alpha", 1.0)) if node.op_type == "Gemm" else None
+        mult = np.asarray(alpha * qx.scale * sw if alpha is not None else qx.scale * sw, np.float64)
+        rank = len(node.outputs[0].shape)
+        axis = 1 if node.op_type == "Conv" else rank - 1
+        if mult.ndim:
+            self.accumulator = QuantTensor(mult, np.zeros(mult.shape, np.int32), axis, "int32")
+        else:
+            self.accumulator = QuantTensor(mult, np.zeros((), np.int32), None, "int32")
+        self.accumulator_unit = QuantTensor(np.ones((), np.float64), np.zeros((), np.int32), None, "int32")
+        self.bias, self.bias_quant = None, None
+        b = node.inputs[2] if len(node.inputs) > 2 else None
+        if b is not None:
+            qb = quant.inputs[2]
+            if b.const is None:
+                raise InternalError(f"integer node '{node.name}': its bias is not a constant")
+            if qb is None:
+                bi = bias_integers(np.asarray(b.const), mult)
+            else:
+                values = np.asarray(b.const).astype(np.int64) - qb.zero_point.astype(np.int64)
+                bi = bias_integers(values, mult, qb.scale, qb.axis is not None)
+            bi = np.broadcast_to(bi, mult.shape if mult.ndim else np.shape(bi)).reshape(-1)
+            self.bias = graph.add_constant(f"{b.name}_acc", bi.astype(np.int32))
+            self.bias_quant = QuantTensor(np.ones(bi.shape, np.float64), np.zeros(bi.shape, np.int32), 0, "int32")
+
+    @staticmethod
+    def unit(qt: QuantTensor | None) -> QuantTensor | None:
+        """``qt`` with its scale 1 (same zero points and axis): a piece computes integers."""
+        if qt is None:
+            return None
+        return QuantTensor(np.ones_like(qt.scale, dtype=np.float64), qt.zero_point, qt.axis, qt.dtype)
 
 
 #: Weights of one operator piece, as a fraction of a core's SRAM (see :func:`tile`).

@@ -178,7 +178,7 @@ RangeFn = Callable[[dict[str, Any], Sequence[Interval], Consts], Interval]
 #: quantization roles
 COMPUTE, MOVEMENT, FLOAT = "compute", "movement", "float"
 #: integer kernel kinds (corefold/passes/quantize/integer.py implements them)
-INTEGER_KINDS = ("linear", "add", "mul", "average", "layout")
+INTEGER_KINDS = ("linear", "add", "mul", "average", "layout", "sum")
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,8 @@ class Quant:
             or ``float`` (left in float).
         range: the output interval from the inputs' (SPEC M5 §1), or ``None``: unknown.
         integer: the integer kernel kind (``linear``: conv/matmul accumulation, ``add``,
-            ``mul``, ``average``: pooled sums, ``layout``: the op on the integers), or
+            ``mul``, ``average``: pooled sums, ``layout``: the op on the integers, ``sum``:
+            integers summed exactly when every input has the same scale), or
             ``None``: runs in float between its DequantizeLinear and QuantizeLinear.
         weights: weight input index -> per-channel axis function ``(attrs, shape) -> axis``.
         bias: the bias input index (int32 at the product of the scales), or ``None``.

@@ -108,7 +108,8 @@ def _variadic(op_type: str, fn, **facets):
     return run
 
 
-sum_ = _variadic("Sum", np.add, **_elementwise(quant=Quant(FLOAT, ALL_NONNEG), normalise=AS_IS, variadic=True))
+sum_ = _variadic("Sum", np.add, **_elementwise(quant=Quant(FLOAT, ALL_NONNEG, integer="sum"), normalise=AS_IS,
+                                               variadic=True))
 max_ = _variadic("Max", np.maximum, **_elementwise(quant=Quant(COMPUTE, _max_range), normalise=AS_IS, variadic=True))
 min_ = _variadic("Min", np.minimum, **_elementwise(quant=Quant(COMPUTE, ALL_NONNEG), normalise=AS_IS, variadic=True))
 

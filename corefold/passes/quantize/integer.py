@@ -11,11 +11,18 @@ is computed from the integers, as an integer-only chip does:
   ``M = sx * sw / sy`` (per output channel);
 * Add / Sub: ``round(Ma (a - za) +- Mb (b - zb))``; Mul: ``round(M (a - za)(b - zb))``;
 * AveragePool / GlobalAveragePool: integer sums, one multiplier ``sx / (sy * count)``;
+* Sum of inputs that all have the same scale (per tensor, or per axis on the same axis
+  counted from the end): the integers summed exactly, one multiplier ``s / sy``. The
+  backend writes this to finish a linear operator cut over its reduced dimension: each
+  piece's int32 partial accumulator at scale ``sx * sw``, the bias in the first, so that
+  the sum requantizes to exactly the integers of the whole operator
+  (:func:`bias_integers`);
 * data movement and max (Reshape, Transpose, MaxPool, Concat, Relu, Pad, ...): applied to
   the integers, rescaled only when the input and output scales differ.
 
 The activation fused before the Q (:data:`ACTIVATIONS`) is Relu (or Clip at 0) after any
-of the first two kinds, applied to the rounded integers; or, after a Conv, MatMul or Gemm,
+of the first two kinds or a Sum, applied to the rounded integers; or, after a Conv, MatMul,
+Gemm or a Sum of partial accumulators,
 SiLU (``Sigmoid`` and ``Mul`` of the accumulator), HardSwish, Sigmoid or Tanh, the
 quantizer's activation regions (``select.activation_region``): the exact accumulator is
 dequantized (``acc * sx * sw`` in float64), the activation applied in float64 on the
@@ -142,6 +149,38 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp: np.ndarray, dtype: 
     return np.clip(y + zp, lo, hi).astype(dtype)
 
 
+def bias_integers(values: np.ndarray, mult: np.ndarray, scale: np.ndarray | None = None,
+                  per_axis: bool = False) -> np.ndarray:
+    """A linear operator's bias as integers at the accumulator's scale ``mult`` (``sx * sw``,
+    float64, per output channel or per tensor). ``values`` are the bias integers (zero point
+    removed) stored at ``scale`` (``per_axis``: one per channel): kept when that is the
+    accumulator's scale, else re-rounded; with ``scale`` None, ``values`` is a bias that is
+    not quantized, divided by ``mult`` and rounded. O(channels)."""
+    if scale is None:
+        return np.rint(np.asarray(values, np.float64) / mult).astype(np.int64)
+    bs = scale.reshape(-1) if per_axis else scale
+    if np.allclose(bs, mult, rtol=1e-6, atol=0):
+        return values
+    return np.rint(values * (bs / mult)).astype(np.int64)
+
+
+def _same_scales(dqs: list[Node]) -> bool:
+    """Whether the DequantizeLinear nodes ``dqs`` all have one constant scale (the same
+    values, per tensor or on the same axis counted from the end of their shapes). O(scale)."""
+    keys = []
+    for dq in dqs:
+        s = dq.inputs[1].const if dq.inputs[1] is not None else None
+        if s is None:
+            return False
+        s = np.asarray(s, np.float64)
+        axis = None
+        if s.ndim:
+            rank = len(dq.inputs[0].shape)
+            axis = int(dq.attrs.get("axis", 1)) % rank - rank
+        keys.append((axis, s))
+    return all(k[0] == keys[0][0] and np.array_equal(k[1], keys[0][1]) for k in keys)
+
+
 def _per_axis(dq: Node) -> bool:
     """Whether a DequantizeLinear has a per-axis scale (more than one value)."""
     scale = dq.inputs[1]
@@ -154,7 +193,7 @@ def _float_activation(node: Node) -> tuple[Activation, Node] | None:
     inside the pattern. O(readers)."""
     def linear_alone(v: Value, readers: int) -> Node | None:
         p = v.producer
-        ok = p is not None and integer_kind(p) == "linear" and len(v.consumers()) == readers
+        ok = p is not None and integer_kind(p) in ("linear", "sum") and len(v.consumers()) == readers
         return p if ok else None
 
     if node.op_type in ("HardSwish", "Sigmoid", "Tanh") and not node.attrs:
@@ -189,7 +228,7 @@ class IntegerRunner(Interpreter):
             act = None
             if src is not None and src.op_type in ("Relu", "Clip"):
                 inner = src.inputs[0].producer
-                if (inner is not None and integer_kind(inner) in ("linear", "add")
+                if (inner is not None and integer_kind(inner) in ("linear", "add", "sum")
                         and len(src.inputs[0].consumers()) == 1 and self._clip_is_relu(src)):
                     act, src = Activation("Relu", (src,)), inner
             elif src is not None:
@@ -201,7 +240,9 @@ class IntegerRunner(Interpreter):
                 continue
             floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
             if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
-                if kind != "linear" and any(_per_axis(v.producer) for v in floats):
+                if kind == "sum" and not _same_scales([v.producer for v in floats]):
+                    continue
+                if kind not in ("linear", "sum") and any(_per_axis(v.producer) for v in floats):
                     continue  # a per-axis constant (position embeddings, a table): float, as ONNX Runtime
                 if kind == "layout" and not ops.get(src.op_type).quant.ties_inputs and src.op_type != "Relu" \
                         and len(floats) != 1:
@@ -289,6 +330,16 @@ class IntegerRunner(Interpreter):
             sign = -1.0 if op == "Sub" else 1.0
             y = np.rint((a.scale / ys) * a.q + sign * (b.scale / ys) * b.q)
             return _requantize(y, np.float64(1.0), zy, dtype, kind)
+        if op == "Sum":
+            xs = [v for v in ins if v is not None]
+            acc = xs[0].q
+            for x in xs[1:]:
+                acc = acc + x.q
+            x = max(xs, key=lambda v: v.q.ndim)
+            mult = np.asarray(x.scale / ys)
+            if x.axis is not None:
+                mult = _axis_shape(mult, acc.ndim, x.axis % x.q.ndim - x.q.ndim)
+            return _requantize(acc, mult, zy, dtype, kind, ys)
         if op in ("AveragePool", "GlobalAveragePool"):
             x = ins[0]
             if op == "GlobalAveragePool":
@@ -315,15 +366,8 @@ class IntegerRunner(Interpreter):
         return _requantize(y, x.scale / ys, zy, dtype, kind)
 
     def _bias(self, b, mult: np.ndarray, ndim: int, axis: int) -> np.ndarray:
-        """The bias as integers at scale ``mult`` (re-rounded if stored at another scale)."""
-        if isinstance(b, _QIn):
-            bs = b.scale.reshape(-1) if b.axis is not None else b.scale
-            if np.allclose(bs, mult, rtol=1e-6, atol=0):
-                bi = b.q
-            else:
-                bi = np.rint(b.q * (bs / mult)).astype(np.int64)
-        else:
-            bi = np.rint(np.asarray(b, np.float64) / mult).astype(np.int64)
+        """The bias as integers at scale ``mult`` (:func:`bias_integers`), shaped along ``axis``."""
+        bi = bias_integers(b.q, mult, b.scale, b.axis is not None) if isinstance(b, _QIn) else bias_integers(b, mult)
         return _axis_shape(bi, ndim, axis) if axis == 1 else bi
 
     def on_value(self, value: Value, array: np.ndarray) -> np.ndarray:
