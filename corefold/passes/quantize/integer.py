@@ -210,6 +210,49 @@ def _float_activation(node: Node) -> tuple[Activation, Node] | None:
     return None
 
 
+def _clip_is_relu(node: Node) -> bool:
+    if node.op_type == "Relu":
+        return True
+    lo = node.inputs[1] if len(node.inputs) > 1 else None
+    hi = node.inputs[2] if len(node.inputs) > 2 else None
+    return lo is not None and lo.const is not None and float(np.asarray(lo.const).reshape(-1)[0]) == 0.0 \
+        and (hi is None)
+
+
+def integer_patterns(graph: Graph) -> dict[Node, tuple[Node, Activation | None]]:
+    """The patterns :class:`IntegerRunner` computes in integers: each planned QuantizeLinear
+    to the operator it quantizes and the activation between them (module docstring). O(V + E)."""
+    plan: dict[Node, tuple[Node, Activation | None]] = {}
+    for q in graph.nodes:
+        if q.op_type != "QuantizeLinear":
+            continue
+        src = q.inputs[0].producer
+        act = None
+        if src is not None and src.op_type in ("Relu", "Clip"):
+            inner = src.inputs[0].producer
+            if (inner is not None and integer_kind(inner) in ("linear", "add", "sum")
+                    and len(src.inputs[0].consumers()) == 1 and _clip_is_relu(src)):
+                act, src = Activation("Relu", (src,)), inner
+        elif src is not None:
+            found = _float_activation(src)
+            if found is not None:
+                act, src = found
+        kind = integer_kind(src) if src is not None else None
+        if kind is None:
+            continue
+        floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
+        if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
+            if kind == "sum" and not _same_scales([v.producer for v in floats]):
+                continue
+            if kind not in ("linear", "sum") and any(_per_axis(v.producer) for v in floats):
+                continue  # a per-axis constant (position embeddings, a table): float, as ONNX Runtime
+            if kind == "layout" and not ops.get(src.op_type).quant.ties_inputs and src.op_type != "Relu" \
+                    and len(floats) != 1:
+                continue
+            plan[q] = (src, act)
+    return plan
+
+
 class IntegerRunner(Interpreter):
     """Runs a QDQ graph with integer kernels where the pattern allows (module docstring):
     the one interpreter, computing the planned QuantizeLinear nodes from integers and
@@ -220,34 +263,7 @@ class IntegerRunner(Interpreter):
 
     def __init__(self, graph: Graph):
         super().__init__(graph)
-        self.plan: dict[Node, tuple[Node, Activation | None]] = {}
-        for q in graph.nodes:
-            if q.op_type != "QuantizeLinear":
-                continue
-            src = q.inputs[0].producer
-            act = None
-            if src is not None and src.op_type in ("Relu", "Clip"):
-                inner = src.inputs[0].producer
-                if (inner is not None and integer_kind(inner) in ("linear", "add", "sum")
-                        and len(src.inputs[0].consumers()) == 1 and self._clip_is_relu(src)):
-                    act, src = Activation("Relu", (src,)), inner
-            elif src is not None:
-                found = _float_activation(src)
-                if found is not None:
-                    act, src = found
-            kind = integer_kind(src) if src is not None else None
-            if kind is None:
-                continue
-            floats = [v for v in src.inputs if v is not None and np.issubdtype(v.dtype, np.floating)]
-            if floats and all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in floats):
-                if kind == "sum" and not _same_scales([v.producer for v in floats]):
-                    continue
-                if kind not in ("linear", "sum") and any(_per_axis(v.producer) for v in floats):
-                    continue  # a per-axis constant (position embeddings, a table): float, as ONNX Runtime
-                if kind == "layout" and not ops.get(src.op_type).quant.ties_inputs and src.op_type != "Relu" \
-                        and len(floats) != 1:
-                    continue
-                self.plan[q] = (src, act)
+        self.plan = integer_patterns(graph)
         self.integer_nodes = [q.name for q in self.plan]
         skip: set[Node] = set()
         for _q, (src, act) in self.plan.items():
@@ -257,15 +273,6 @@ class IntegerRunner(Interpreter):
                         and not any(v in graph.outputs for v in n.outputs):
                     skip.add(n)
         self.skip = skip
-
-    @staticmethod
-    def _clip_is_relu(node: Node) -> bool:
-        if node.op_type == "Relu":
-            return True
-        lo = node.inputs[1] if len(node.inputs) > 1 else None
-        hi = node.inputs[2] if len(node.inputs) > 2 else None
-        return lo is not None and lo.const is not None and float(np.asarray(lo.const).reshape(-1)[0]) == 0.0 \
-            and (hi is None)
 
     def _qin(self, v: Value, env: dict[str, np.ndarray]) -> _QIn:
         dq = v.producer

@@ -470,3 +470,40 @@ def test_silu_after_a_conv_by_hand(order):
     np.testing.assert_array_equal(got, want)
     ref = run(g, {"xq": xq})["y"]
     assert np.abs(got.astype(np.int64) - ref.astype(np.int64)).max() <= 1
+
+
+SUM_QDQ = """graph qsum opset 21
+input a: float32[2, 3, 4]
+input b: float32[2, 3, 4]
+const sa: float32[] = [{sa}]
+const sb: float32[] = [{sb}]
+const sy: float32[] = [0.05]
+const z: int8[] = [0]
+node qa = QuantizeLinear(a, sa, z) -> (ia: int8[2, 3, 4])
+node qb = QuantizeLinear(b, sb, z) -> (ib: int8[2, 3, 4])
+node da = DequantizeLinear(ia, sa, z) -> (fa: float32[2, 3, 4])
+node db = DequantizeLinear(ib, sb, z) -> (fb: float32[2, 3, 4])
+node sum = Sum(fa, fb) -> (s: float32[2, 3, 4])
+node qy = QuantizeLinear(s, sy, z) -> (y: int8[2, 3, 4])
+output y
+"""
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_sum_of_inputs_at_one_scale_runs_on_the_integers(same):
+    """``DQ(a), DQ(b) -> Sum -> Q`` with one scale adds the integers exactly and rounds once
+    (``rint((qa + qb) s / sy)``, the backend's sum of partial accumulators); with two scales
+    it stays float between its DQ and Q, as ONNX Runtime computes it. Either way within one
+    step of ONNX Runtime."""
+    g = parse(SUM_QDQ.format(sa=0.02, sb=0.02 if same else 0.03))
+    runner = IntegerRunner(g)
+    assert [q.name for q in runner.plan] == (["qy"] if same else [])
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.uniform(-2, 2, (2, 3, 4)).astype(np.float32) for n in ("a", "b")}
+    got = runner.run(feeds)["y"].astype(np.int64)
+    if same:
+        ia, ib = (np.clip(np.rint(feeds[n] / np.float32(0.02)), -128, 127) for n in ("a", "b"))
+        want = np.clip(np.rint((ia + ib) * (np.float64(np.float32(0.02)) / np.float64(np.float32(0.05)))), -128, 127)
+        np.testing.assert_array_equal(got, want)
+    ort = _ort(g).run(None, feeds)[0].astype(np.int64)
+    assert np.abs(got - ort).max() <= 1

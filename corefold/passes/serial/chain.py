@@ -50,6 +50,30 @@ def constant_derived(v: Value | None, memo: dict[Node, bool] | None = None) -> b
     return hit
 
 
+def dequantizes(node: Node) -> bool:
+    """``node`` is a DequantizeLinear that travels with its readers (:func:`extract`): a
+    range reading its float output computes it again from the integers. O(1)."""
+    return node.op_type == "DequantizeLinear" and not node.domain and not node.control_preds
+
+
+def travels(node: Node, memo: dict[Node, bool] | None = None) -> bool:
+    """``node`` is copied into every later range that reads its output (:func:`extract`):
+    computed from constants alone (:func:`constant_derived`) or a DequantizeLinear
+    (:func:`dequantizes`). O(size of the constant subgraph behind its inputs)."""
+    return not node.control_preds and (dequantizes(node) or all(constant_derived(v, memo) for v in node.inputs))
+
+
+def read_later(v: Value, later: set[Node]) -> bool:
+    """Whether a node of ``later`` reads ``v``, directly or through a DequantizeLinear that
+    travels to it (:func:`dequantizes`). O(readers)."""
+    for u in v.uses():
+        if u.node in later:
+            return True
+        if dequantizes(u.node) and any(w.node in later for o in u.node.outputs for w in o.uses()):
+            return True
+    return False
+
+
 def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = None) -> Graph:
     """The subgraph of ``order[piece.start:piece.end]`` as a graph of its own (values,
     node names and attributes kept; control edges inside the piece kept, those to other
@@ -62,6 +86,13 @@ def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = No
     concatenated, read by the pieces of a convolution on both sides of a cut, made every
     range between them fail on resident weights). O(nodes + edges of the piece + the
     constant subgraphs it reads).
+
+    A DequantizeLinear travels the same way (as ONNX Runtime's ``EnsureUniqueDQForNodeUnit``
+    gives every reader its own): a range reading its float output holds its own copy and
+    reads the integers, so a quantized tensor crosses a cut as integers, and every
+    ``DequantizeLinear -> op -> QuantizeLinear`` pattern of a range is whole, which the
+    backend fuses into an integer operator (the float output crossing made the op run in
+    float, on four bytes per element).
     """
     nodes = order[piece.start:piece.end]
     inside = set(nodes)
@@ -91,7 +122,7 @@ def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = No
         if hit is None:
             if v.is_constant:
                 hit = made[v] = sub.add_constant(v.name, v.const)
-            elif v.producer is not None and v.producer not in inside and constant_derived(v, memo):
+            elif v.producer is not None and v.producer not in inside and travels(v.producer, memo):
                 copy_node(v.producer)  # its inputs first, recursively
                 hit = made[v]
             else:
@@ -106,7 +137,7 @@ def extract(graph: Graph, order: list[Node], piece: Piece, name: str | None = No
                 sub.add_control_edge(copies[p], copies[n])
     for n in nodes:
         for v in n.outputs:
-            if v in outs or (any(u.node in later for u in v.uses()) and not constant_derived(v, memo)):
+            if v in outs or (read_later(v, later) and not travels(n, memo)):
                 sub.outputs.append(made[v])
     return sub
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corefold.ir import Graph, Node, Value
-from corefold.passes.serial.chain import constant_derived
+from corefold.passes.serial.chain import constant_derived, dequantizes, read_later
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,12 @@ def crossing(graph: Graph, order: list[Node]) -> Crossing:
     n = len(order)
     dcount = np.zeros(n + 2, np.int64)
     dbytes = np.zeros(n + 2, np.int64)
-    constant = constant_nodes(order)
+    moving = travelling_nodes(order)
     for i, node in enumerate(order):
-        if node in constant:  # recomputed by each later reader's piece (chain.extract)
+        if node in moving:  # recomputed by each later reader's piece (chain.extract)
             continue
         for v in node.outputs:
-            last = max((pos[u.node] for u in v.uses() if u.node in pos), default=i)
+            last = max(_reader_positions(v, pos), default=i)
             if last > i:
                 dcount[i + 1] += 1
                 dcount[last + 1] -= 1
@@ -68,15 +68,25 @@ def crossing(graph: Graph, order: list[Node]) -> Crossing:
 def crossing_values(order: list[Node], k: int) -> list[Value]:
     """Values produced in ``order[:k]`` and read in ``order[k:]``. O(V + E)."""
     after = set(order[k:])
-    constant = constant_nodes(order)
+    moving = travelling_nodes(order)
     out = []
     for node in order[:k]:
-        if node in constant:
+        if node in moving:
             continue
         for v in node.outputs:
-            if any(u.node in after for u in v.uses()):
+            if read_later(v, after):
                 out.append(v)
     return out
+
+
+def _reader_positions(v: Value, pos: dict[Node, int]):
+    """Positions of the nodes reading ``v``, through a DequantizeLinear that travels to its
+    readers (:func:`~corefold.passes.serial.chain.dequantizes`)."""
+    for u in v.uses():
+        if dequantizes(u.node):
+            yield from (pos[w.node] for o in u.node.outputs for w in o.uses() if w.node in pos)
+        if u.node in pos:
+            yield pos[u.node]
 
 
 def target_nodes(graph: Graph) -> list[Node]:
@@ -107,16 +117,48 @@ def constant_nodes(order: list[Node]) -> set[Node]:
     return {n for n in order if not n.control_preds and all(constant_derived(v, memo) for v in n.inputs)}
 
 
-def clean_ends(order: list[Node]) -> list[int]:
-    """The end positions ``1..n`` of a range that do not fall right after a node computed
-    from constants alone, ascending.
+def travelling_nodes(order: list[Node]) -> set[Node]:
+    """The nodes a range reading their output computes again
+    (:func:`~corefold.passes.serial.chain.travels`): those computed from constants alone and
+    every DequantizeLinear. O(V + E)."""
+    return constant_nodes(order) | {n for n in order if dequantizes(n)}
 
-    Such a node's output is a weight that every later reader's range computes again
-    (:func:`~corefold.passes.serial.chain.extract`): a range ending after it holds a copy
-    nobody in it reads. With
+
+def inside_patterns(order: list[Node]) -> np.ndarray:
+    """Per cut position ``k`` in ``0..n``: whether ``k`` falls inside an integer pattern
+    ``DequantizeLinear -> op [-> activation] -> QuantizeLinear`` (the patterns of
+    :func:`~corefold.passes.quantize.integer.integer_patterns`), between its op and its
+    QuantizeLinear. O(V + E).
+
+    A range holding such a pattern only in part writes or reads the op's float output, so
+    the backend cannot fuse the op into an integer operator: it runs in float, off the
+    integer execution, and its output crosses the cut in four bytes per element instead of
+    one. (Its DequantizeLinear nodes travel with their readers, :func:`travelling_nodes`.)"""
+    from corefold.passes.quantize.integer import integer_patterns
+
+    pos = positions(order)
+    n = len(order)
+    diff = np.zeros(n + 2, np.int64)
+    graph = order[0].graph if order else None
+    for q, (src, _act) in (integer_patterns(graph) if graph is not None else {}).items():
+        if src in pos and q in pos and pos[q] > pos[src]:
+            diff[pos[src] + 1] += 1
+            diff[pos[q] + 1] -= 1
+    return np.cumsum(diff)[: n + 1] > 0
+
+
+def clean_ends(order: list[Node]) -> list[int]:
+    """The end positions ``1..n`` of a range that neither fall right after a node that
+    travels with its readers (:func:`travelling_nodes`) nor inside an integer pattern
+    (:func:`inside_patterns`), ascending.
+
+    A node computed from constants alone outputs a weight that every later reader's range
+    computes again (:func:`~corefold.passes.serial.chain.extract`), and so does a
+    DequantizeLinear: a range ending after it holds a copy nobody in it reads. With
     :func:`~corefold.passes.serial.partition.constants_beside_readers` they sit just before
     their first reader, so the cut before them is as good in every way. Position ``n`` is
     always kept. O(V + E)."""
-    constant = constant_nodes(order)
+    moving = travelling_nodes(order)
+    inside = inside_patterns(order)
     n = len(order)
-    return [k for k in range(1, n + 1) if k == n or order[k - 1] not in constant]
+    return [k for k in range(1, n + 1) if k == n or (order[k - 1] not in moving and not inside[k])]
