@@ -36,18 +36,38 @@ class Piece:
 def constant_derived(v: Value | None, memo: dict[Node, bool] | None = None) -> bool:
     """``v`` is a constant or computed from constants alone (a weight's
     DequantizeLinear, the split pass's pieces and Concat of a weight, ...). O(size of the
-    constant subgraph behind ``v``), memoised in ``memo``."""
+    subgraph behind ``v`` it has to look at), memoised per node in ``memo``; iterative, so a
+    graph thousands of nodes deep does not exhaust Python's stack (the int8 EfficientNet-B0
+    split for 128 KiB cores ended in a RecursionError)."""
     if v is None or v.is_constant:
         return True
     p = v.producer
     if p is None or p.control_preds:
         return False
     memo = {} if memo is None else memo
-    hit = memo.get(p)
-    if hit is None:
-        memo[p] = False  # NOTE: a graph is acyclic; this only guards the recursion
-        hit = memo[p] = all(constant_derived(x, memo) for x in p.inputs)
-    return hit
+    stack = [p]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        result, pending = True, None
+        for x in n.inputs:
+            if x is None or x.is_constant:
+                continue
+            q = x.producer
+            if q is None or q.control_preds or memo.get(q) is False:
+                result = False
+                break
+            if q not in memo:
+                pending = q
+                break
+        if pending is not None:
+            stack.append(pending)  # n is looked at again once its input is known
+            continue
+        memo[n] = result
+        stack.pop()
+    return memo[p]
 
 
 def dequantizes(node: Node) -> bool:
