@@ -46,6 +46,12 @@ Models (random weights, seeds explicit; nothing is downloaded):
 * torchvision ``resnet18``, ``resnet50`` and ``vit_b_16`` (``weights=None`` after
   ``torch.manual_seed``), exported with ``torch.onnx.export`` (``dynamo=False``, opset 17).
 
+With ``--int8`` every model is first quantized by corefold (int8 QDQ, min/max calibration
+on 8 seeded random inputs, nearest weight rounding, as ``bench/backend.py`` does) and the
+table gains ``exact``: whether each chain's simulated outputs equal corefold's integer
+execution of the whole model (``IntegerRunner``), bit for bit, as ``corefold sim --check``
+requires.
+
 Every model compiles onto ``--target`` (default ``npu-2x2``: 2x2 cores of the npu core, on
 which all of them need several executables). The numba kernels are compiled by a warm-up
 compile of the BranchyNet before the first model, so no row pays for most of them.
@@ -54,7 +60,7 @@ Goals (issue 12): (1) the default strategy within 1.1x of the minimum executable
 using at most 3x the compile calls of the optimal reference; (2) ``corefold compile`` of
 resnet50 onto npu-2x2 in at most 10 minutes, of resnet18 in at most 2.
 
-    PYTHONPATH=$PWD python bench/compile.py [--quick] [--models branchynet,bert,...] [--json out.json]
+    PYTHONPATH=$PWD python bench/compile.py [--quick] [--int8] [--models branchynet,bert,...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -187,6 +193,24 @@ def model_path(name: str, folder: Path, seed: int) -> Path:
     raise SystemExit(f"bench/compile.py: unknown model '{name}' (choose from {', '.join(all_models())})")
 
 
+def int8_model(path: Path, folder: Path, seed: int) -> Path:
+    """``path`` quantized to int8 QDQ by corefold (module docstring), written into ``folder``."""
+    from corefold.frontend.onnx import load_model, save_model
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+
+    graph = load_model(path)
+    rng = np.random.default_rng(seed)
+    calib = folder / f"{path.stem}_calib.npz"
+    np.savez(calib, **{v.name: rng.standard_normal((8,) + tuple(v.shape[1:])).astype(v.dtype)
+                       if np.issubdtype(v.dtype, np.floating) else
+                       np.zeros((8,) + tuple(v.shape[1:]), v.dtype) for v in graph.inputs})
+    quantize_graph(graph, load_calibration(calib, graph),
+                   QuantizeSettings(calibration="minmax", weight_rounding="nearest", max_batches=8), progress=False)
+    out = folder / f"{path.stem}_int8.onnx"
+    save_model(graph, out)
+    return out
+
+
 # -- measuring ---------------------------------------------------------------------------------------
 def boundary_bytes(exes) -> tuple[int, int]:
     """(DRAM bytes, host bytes) the linked executables read and write at their boundaries."""
@@ -211,12 +235,17 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     from corefold.passes.serial.partition import fuse_prepared, optimal_directly, prepare
     from corefold.passes.split import SplitPass, SplitSettings
     from corefold.pipeline import CompileContext, Pipeline
+    from corefold.backend.qdq import is_quantized
+    from corefold.passes.quantize.integer import IntegerRunner
     from corefold.sim import simulate_chain
 
     t0 = time.perf_counter()
     graph = load_model(path)
     feeds = random_inputs(graph, seed=seed)
     nodes_in = len(graph)
+    want = None
+    if simulate and is_quantized(graph):
+        want = IntegerRunner(load_model(path)).run(feeds)
     settings = SerialSettings(fusion=DEFAULT, workers=workers)
     split = SplitSettings(threshold=split_threshold(graph, target))  # as compile_model splits
     ctx = CompileContext(target=target, settings={"serial": settings, "split": split}, seed=seed)
@@ -247,8 +276,11 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
                "chain_minimum_executables": res.chain_minimum_executables}
         if simulate:
             t2 = time.perf_counter()
-            row["latency_s"] = simulate_chain(exes, feeds, target).report.latency_s
+            run = simulate_chain(exes, feeds, target)
+            row["latency_s"] = run.report.latency_s
             row["sim_s"] = time.perf_counter() - t2
+            if want is not None:
+                row["exact"] = all(np.array_equal(run.tensors[k], v) for k, v in want.items())
         rows[s] = row
         log(f"  {s:<8} {row['executables']} executables, {row['compile_calls']} compiles, {row['fits_calls']} fits, "
             f"fused in {fuse_s:.1f} s" + (f", simulated in {row['sim_s']:.1f} s" if simulate else ""))
@@ -301,7 +333,7 @@ def failure(exc: BaseException) -> dict:
 
 # -- printing ----------------------------------------------------------------------------------------
 HEADER = (f"{'model':<22}{'strategy':<9}{'exes':>5}{'/min':>6}{'/chn':>6}{'calls':>7}{'/opt':>6}{'fits':>6}{'wall s':>9}"
-          f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}")
+          f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}{'exact':>7}")
 
 
 def print_model(name: str, result: dict) -> None:
@@ -321,7 +353,8 @@ def print_model(name: str, result: dict) -> None:
               f"{r['executables'] / minimum if minimum else float('nan'):6.2f}"
               f"{r['executables'] / chain_min if chain_min else float('nan'):6.2f}{r['compile_calls']:7d}"
               f"{r['compile_calls'] / max(opt['compile_calls'], 1):6.2f}{r['fits_calls']:6d}{r['wall_s']:9.1f}"
-              f"{r['dram_bytes'] / 1024:11.0f}{r['host_bytes'] / 1024:10.0f}{lat}{lat_ratio}", flush=True)
+              f"{r['dram_bytes'] / 1024:11.0f}{r['host_bytes'] / 1024:10.0f}{lat}{lat_ratio}"
+              f"{({True: 'yes', False: 'NO'}).get(r.get('exact'), '-'):>7}", flush=True)
     if "compile" in result:
         c = result["compile"]
         if "error" in c:
@@ -386,6 +419,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-compile-run", action="store_true", help="skip the timed compile_model run per model")
     p.add_argument("--compile-only", action="store_true",
                    help="only the timed compile_model run per model (goal 2), no strategy table")
+    p.add_argument("--int8", action="store_true",
+                   help="quantize every model to int8 first (corefold's quantizer) and check each chain's exactness")
     p.add_argument("--json", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.json:
@@ -412,6 +447,8 @@ def main(argv=None) -> int:
             log(f"[{name}] exporting / loading")
             try:
                 path = model_path(name, Path(tmp), args.seed)
+                if args.int8:
+                    path = int8_model(path, Path(tmp), args.seed)
                 result = {} if args.compile_only else strategy_table(path, target, args.seed, args.workers,
                                                                      not args.no_sim, log)
             except Exception as exc:  # noqa: BLE001 - a bench records failures and goes on
@@ -424,7 +461,7 @@ def main(argv=None) -> int:
                     result["compile"] = compile_run(path, target, args.seed, args.workers)
                 except Exception as exc:  # noqa: BLE001
                     result["compile"] = failure(exc) | {"compile_s": time.perf_counter() - t0}
-            results[name] = result
+            results[name + ("_int8" if args.int8 else "")] = result
             if args.json:  # after every model, so a long run keeps what it measured
                 from corefold.io import atomic_output
 
@@ -439,7 +476,8 @@ def main(argv=None) -> int:
     print("\ncolumns: /min = executables over the optimal reference's minimum; /chn = over the split chain's minimum (fusion alone); calls = full compiles (split phase "
           "included, optimal has none); /opt = over the optimal strategy's; fits = fast feasibility checks; wall s = "
           "split phase + the strategy's fusion (optimal: its own cover); DRAM/host KiB = bytes read and written at the executables' boundaries; lat us = "
-          "simulated latency of the chain")
+          "simulated latency of the chain; exact = int8 (--int8): the chain's outputs equal the integer execution of "
+          "the model")
     for line in goals(results):
         print(line)
     return 0

@@ -17,8 +17,8 @@
    partial accumulators and one fused ``Sum`` that requantizes them (:class:`_Partial`,
    exact); any other pattern that could only be cut over a reduced dimension is left in
    float QDQ form.
-   :func:`~corefold.backend.qdq.fold_dequantized_weights` then turns the DequantizeLinear of every weight that
-   an operator left in float reads into a float constant.
+   :func:`~corefold.backend.qdq.fold_dequantized_weights` then (in any graph) turns the DequantizeLinear of every
+   weight that an operator left in float reads into a float constant.
 3. :func:`fuse_float_activations`: a float activation (Relu, SiLU, HardSwish, Sigmoid,
    Tanh) that alone reads a Conv, Gemm, MatMul, Add or BatchNormalization becomes part of
    that node (``meta[ACTIVATION_META]``), which the cuts below keep.
@@ -485,7 +485,11 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     dequantize_after_moves(g)
     if is_quantized(g):
         fuse_integer(g, threshold)
-        fold_dequantized_weights(g)
+    # NOTE: also without a QuantizeLinear: a range holding a float operator of a QDQ model
+    # alone (the int8 BERT's intermediate MatMul, 1 MiB of dequantized weight) did not
+    # compile on its own, since its weight was no constant the split pass could cut, while
+    # a longer range did
+    fold_dequantized_weights(g)
     fuse_float_activations(g)
     cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
     g.sort()

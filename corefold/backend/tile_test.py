@@ -341,3 +341,32 @@ def test_an_integer_operator_cut_over_its_reduction_sums_exact_partial_accumulat
     for got in (run_executable(exe, feeds), run_executable(load(tmp_path / "m.cfx"), feeds)):
         for k, v in want.items():
             np.testing.assert_array_equal(got[k], v)
+
+
+def test_a_dequantized_weight_is_folded_in_a_graph_without_quantizelinear():
+    """A float MatMul reading a dequantized weight larger than a core, in a graph with no
+    QuantizeLinear (an M1 range holding the int8 BERT's intermediate MatMul alone): the
+    weight becomes a float constant the split pass cuts, so the range lowers, as a longer
+    one holding a QuantizeLinear did (the weight stayed one 1 MiB activation, and M1's
+    reference cover raised "operator ... does not fit on its own")."""
+    from corefold.backend.testing import small_target
+
+    rng = np.random.default_rng(2)
+    g = Graph("dq_matmul")
+    x = g.add_input("x", (1, 16, 64), "float32")
+    wq = g.add_constant("w_q", rng.integers(-127, 128, (64, 512)).astype(np.int8))
+    s = g.add_constant("w_s", (0.01 + 0.01 * rng.random(512)).astype(np.float32))
+    z = g.add_constant("w_z", np.zeros(512, np.int8))
+    dq = g.make_node("DequantizeLinear", [wq, s, z], {"axis": 1}, name="dq_w")
+    dq.outputs[0].shape, dq.outputs[0].dtype = (64, 512), np.dtype("float32")
+    mm = g.make_node("MatMul", [x, dq.outputs[0]], {}, name="mm")
+    mm.outputs[0].shape, mm.outputs[0].dtype = (1, 16, 512), np.dtype("float32")
+    g.outputs = [mm.outputs[0]]
+    target = small_target(sram_kib=96, reserved_kib=4)  # the float weight alone is 128 KiB
+    cut = tile(g, target)
+    assert not any(n.op_type == "DequantizeLinear" for n in cut.nodes)
+    assert sum(n.op_type == "MatMul" for n in cut.nodes) >= 2
+    feeds = random_inputs(g, 0)
+    name = g.outputs[0].name
+    want, got = run(g, feeds)[name], run_executable(lower(g, target), feeds)[name]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
