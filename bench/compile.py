@@ -227,16 +227,16 @@ def boundary_bytes(exes) -> tuple[int, int]:
 
 def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, log) -> dict:
     """Split once, fuse with every strategy, link and simulate each chain (module docstring)."""
+    from corefold.backend.qdq import is_quantized
     from corefold.compile import fits_for, link, lower_for, split_threshold
     from corefold.executor import random_inputs
     from corefold.frontend.onnx import load_model
+    from corefold.passes.quantize.integer import IntegerRunner
     from corefold.passes.serial import SerialSettings
     from corefold.passes.serial.compilers import CompileService
     from corefold.passes.serial.partition import fuse_prepared, optimal_directly, prepare
     from corefold.passes.split import SplitPass, SplitSettings
     from corefold.pipeline import CompileContext, Pipeline
-    from corefold.backend.qdq import is_quantized
-    from corefold.passes.quantize.integer import IntegerRunner
     from corefold.sim import simulate_chain
 
     t0 = time.perf_counter()
