@@ -6,7 +6,8 @@ operands of the right extent, one Send per Recv with equal boxes, routes that ar
 (the liveness rule) that every instruction accessing a buffer *happens after* every
 instruction that accessed an earlier buffer of the same core sharing addresses with it,
 through ``deps`` and in-order engines; so no two live buffers of a core ever overlap,
-whatever the timing. Happens-before is a transitive closure over bitsets: O(I^2 / 64)
+whatever the timing; and, within one buffer, that two accesses of shared elements, one a
+write, happen in program order. Happens-before is a transitive closure over bitsets: O(I^2 / 64)
 per core of I instructions.
 
 :func:`run_executable` runs the programs functionally (each instruction atomically, in
@@ -183,6 +184,8 @@ def _check_liveness(exe: Executable, program) -> None:
         for b in _accessed(x):
             if exe.buffers[b].kind == "activation":
                 users.setdefault(b, []).append(i)
+    for b, idx in users.items():
+        _check_within(exe, program, b, idx, anc)
     bufs = sorted(users, key=lambda b: users[b][0])
     for j, b in enumerate(bufs):
         bb = exe.buffers[b]
@@ -196,6 +199,39 @@ def _check_liveness(exe: Executable, program) -> None:
                         raise ExecutableError(
                             f"core {program.core}: instruction {i} (buffer {b} '{bb.name}') may run before "
                             f"instruction {k} (buffer {a} '{ab.name}') finishes, and they share SRAM addresses")
+
+
+def _views_of(ins, b: int) -> tuple[list[View], list[View]]:
+    """The views of buffer ``b`` that instruction ``ins`` reads and writes."""
+    if isinstance(ins, Compute):
+        return [v for v in ins.inputs if v is not None and v.ref == b], [v for v in ins.outputs if v.ref == b]
+    reads = [ins.src] if isinstance(ins, (Copy, DmaStore, Send)) and ins.src.ref == b else []
+    writes = [ins.dst] if isinstance(ins, (Copy, DmaLoad, Recv)) and ins.dst.ref == b else []
+    return reads, writes
+
+
+def _overlap(v: View, w: View) -> bool:
+    """Whether two views of one buffer may share elements (views of different shapes, a
+    reshape's, are taken to)."""
+    if tuple(v.shape) != tuple(w.shape):
+        return True
+    return all(a < c + f and c < a + e for a, e, c, f in zip(v.start, v.extent, w.start, w.extent, strict=True))
+
+
+def _check_within(exe: Executable, program, b: int, idx: list[int], anc: list[int]) -> None:
+    """Within one buffer, two accesses of shared elements, one of them a write, happen in
+    program order: a reload of a spilled buffer and a later receive into part of it, left
+    unordered, let the reload overwrite what was received. O(k^2) for k accesses."""
+    ins = program.instructions
+    acc = [(i, *_views_of(ins[i], b)) for i in dict.fromkeys(idx)]
+    for j, (k, rk, wk) in enumerate(acc):
+        for i, ri, wi in acc[:j]:
+            if anc[k] >> i & 1:
+                continue
+            if any(_overlap(v, w) for v in wk for w in wi + ri) or any(_overlap(v, w) for v in rk for w in wi):
+                raise ExecutableError(
+                    f"core {program.core}: instruction {k} may run before instruction {i} finishes, and both access "
+                    f"the same elements of buffer {b} '{exe.buffers[b].name}', one of them writing")
 
 
 def _at_head(ins, c, i, queues, head) -> bool:

@@ -204,6 +204,7 @@ def _split_lifetime(plan: Plan, cp: CorePlan, b: int, before: int, after: int) -
                   region_view=(buf.shape, zero, buf.shape))
     tail: list[Event] = []
     nb = None
+    reload = None
     for ev in cp.events[after:]:
         uses_b = any(v is not None and v[0] == b for v in ev.reads) or any(v[0] == b for v in ev.writes)
         if ev.kind == "copy" and ev.reads[0][0] == b:
@@ -214,10 +215,18 @@ def _split_lifetime(plan: Plan, cp: CorePlan, b: int, before: int, after: int) -
             nb = PBuffer(len(plan.buffers), cp.core, buf.shape, buf.dtype, "activation", buf.name, buf.phys)
             plan.buffers.append(nb)
             cp.buffers.append(nb.id)
-            tail.append(Event(ev.key[:-1] + (-0.5,), "load", writes=[(nb.id, buf.shape, zero, buf.shape)],
-                              region=key, region_view=(buf.shape, zero, buf.shape), after=[store]))
+            reload = Event(ev.key[:-1] + (-0.5,), "load", writes=[(nb.id, buf.shape, zero, buf.shape)],
+                           region=key, region_view=(buf.shape, zero, buf.shape), after=[store])
+            tail.append(reload)
         if nb is not None:
             ev.reads = [(nb.id, *v[1:]) if v is not None and v[0] == b else v for v in ev.reads]
             ev.writes = [(nb.id, *v[1:]) if v[0] == b else v for v in ev.writes]
+            if any(v[0] == nb.id for v in ev.writes):
+                # NOTE: the reload writes the whole buffer, a later write (a receive of the
+                # part the buffer did not hold yet) writes into it; emit orders a buffer's
+                # readers after its writers, not two writers of one buffer: unordered, the
+                # reload could land after the receive and overwrite it with the stale bytes
+                # stored before (the int8 ResNet-18's layer2 on 128 KiB cores, 63 steps off)
+                ev.after = [*ev.after, reload]
         tail.append(ev)
     cp.events = cp.events[:before + 1] + [store] + cp.events[before + 1:after] + tail
