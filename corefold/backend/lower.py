@@ -23,6 +23,7 @@ instruction memory, for serial partitioning (M1) to test many candidates quickly
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -210,7 +211,7 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
     if settings.tune_pieces or settings.tune_efforts:
-        return _tuned(graph, target, settings, say)
+        return _checked(_tuned(graph, target, settings, say), target)
     if settings.pieces_per_core > 0:
         # what every try ends with: when tile and cluster fail with only what does not fit a
         # core cut, the cut tries (replicated weights, halos, more buffers) fail too, so a
@@ -224,8 +225,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
             fewer = {} if i == 0 else {"trial_pieces": ()}  # more pieces ran out of a resource already
             if i:
                 say(f"again with {pieces:g} pieces per core")
-            return _lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1 else 0.0,
-                                                      **fewer), say)
+            return _checked(_lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1
+                                                               else 0.0, **fewer), say), target)
         except CompileError:
             if i == len(tries) - 1:
                 raise
@@ -234,6 +235,21 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
 
 def _silent(step: str) -> None:
     pass
+
+
+#: Environment variable: when set (to anything but "" or "0"), every lowering is verified by
+#: :func:`~corefold.backend.check.check_executable` before it is returned (the test suite
+#: sets it, conftest.py): a broken rule is then an ExecutableError, a corefold bug, where it
+#: arises instead of a wrong number somewhere downstream.
+CHECK_ENV = "COREFOLD_CHECK_EXECUTABLES"
+
+
+def _checked(exe: Executable, target: Target) -> Executable:
+    if os.environ.get(CHECK_ENV, "") not in ("", "0"):
+        from corefold.backend.check import check_executable
+
+        check_executable(exe, target)
+    return exe
 
 
 def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[[str], None]) -> Executable:
