@@ -146,4 +146,9 @@ def _print_summary(build, folder, seconds: float) -> None:
             print(f"  {name:<8}  {len(r.pieces):>11}  {r.compile_calls:>13}  {lat_s}")
     if build.simulation is not None:
         print(f"simulated latency {build.simulation.report.latency_s * 1e6:.1f} us")
+    inside = res.ends_inside_patterns()
+    if inside:
+        print(f"note: {len(inside)} executable(s) end inside an integer pattern (part{', part'.join(map(str, inside))}): "
+              f"no range ending outside one fitted, so the operator there runs in float, not exactly as the "
+              f"integer execution")
     print(f"wrote {folder}/ (manifest.json, report.html, {len(res.pieces)} .cfx)")

@@ -145,8 +145,20 @@ class SerialResult:
     def subgraphs(self, graph: Graph) -> list[Graph]:
         return [extract(graph, self.order, p, name=f"{graph.name}_part{i}") for i, p in enumerate(self.pieces)]
 
+    def ends_inside_patterns(self) -> list[int]:
+        """The executables (indices) whose range ends between an integer pattern's operator
+        and its QuantizeLinear (:func:`~corefold.passes.serial.cuts.inside_patterns`): no
+        clean end fitted there, so that operator runs in float, not in integers. O(V + E)."""
+        from corefold.passes.serial.cuts import inside_patterns
+
+        if not self.order:
+            return []
+        inside = inside_patterns(self.order)
+        return [i for i, p in enumerate(self.pieces) if p.end < len(self.order) and inside[p.end]]
+
     def report(self) -> dict[str, Any]:
         return {"fusion": self.strategy, "executables": len(self.pieces), "compile_calls": self.compile_calls,
+                "ends_inside_integer_patterns": self.ends_inside_patterns(),
                 "fits_calls": self.fits_calls, "minimum_executables": self.minimum_executables,
                 "chain_minimum_executables": self.chain_minimum_executables,
                 "pieces_after_split": len(self.split_pieces),

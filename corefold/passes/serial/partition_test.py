@@ -616,3 +616,17 @@ def test_constant_derived_walks_a_graph_deeper_than_the_python_stack():
     assert constant_derived(w) and not constant_derived(x)
     memo = {}
     assert not constant_derived(x, memo) and len(memo) == 5000 and not any(memo.values())
+
+
+def test_a_range_that_must_end_inside_an_integer_pattern_is_reported():
+    """When no range ending outside the patterns compiles (here at most 3 nodes per range,
+    a pattern of DequantizeLinear, MatMul, Relu and QuantizeLinear needing 4), M1 cuts
+    inside them and says so: ``ends_inside_patterns`` names those executables, and the
+    report lists them; with room for whole patterns it is empty."""
+    g = parse(_qdq_residual_chain(2))
+    tight = serial_partition(g, functools.partial(_compute_nodes, 3), SerialSettings(fusion="c"))
+    assert tight.ends_inside_patterns() and tight.report()["ends_inside_integer_patterns"] == \
+        tight.ends_inside_patterns()
+    roomy = serial_partition(parse(_qdq_residual_chain(2)), functools.partial(_compute_nodes, 7),
+                             SerialSettings(fusion="c"))
+    assert roomy.ends_inside_patterns() == [] and len(roomy.pieces) >= 2
