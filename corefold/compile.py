@@ -361,6 +361,7 @@ def manifest(build: Build, names: list[str]) -> dict[str, Any]:
         "executables": exes, "fusion": res.strategy, "compile_calls": res.compile_calls,
         "fits_calls": res.fits_calls, "minimum_executables": res.minimum_executables,
         "chain_minimum_executables": res.chain_minimum_executables, "polished": build.polished,
+        "ends_inside_integer_patterns": res.ends_inside_patterns(),
         "inputs": [v.name for v in build.graph.inputs], "outputs": [v.name for v in build.graph.outputs],
         "buffers": buffers,
     }
