@@ -46,10 +46,13 @@ Models (random weights, seeds explicit; nothing is downloaded):
 * torchvision ``resnet18``, ``resnet50`` and ``vit_b_16`` (``weights=None`` after
   ``torch.manual_seed``), exported with ``torch.onnx.export`` (``dynamo=False``, opset 17).
 
+The column ``check`` says whether each chain computes the model: for a float model, the
+largest error of its simulated outputs against the reference executor, relative to each
+output's largest magnitude (flagged ``!`` above 1e-5: split reductions only reassociate).
 With ``--int8`` every model is first quantized by corefold (int8 QDQ, min/max calibration
-on 8 seeded random inputs, nearest weight rounding, as ``bench/backend.py`` does) and the
-table gains ``exact``: whether each chain's simulated outputs equal corefold's integer
-execution of the whole model (``IntegerRunner``), bit for bit, as ``corefold sim --check``
+on 8 seeded random inputs, nearest weight rounding, as ``bench/backend.py`` does) and
+``check`` says ``exact`` when each chain's simulated outputs equal corefold's integer
+execution of the whole model (``IntegerRunner``) bit for bit, as ``corefold sim --check``
 requires.
 
 Every model compiles onto ``--target`` (default ``npu-2x2``: 2x2 cores of the npu core, on
@@ -87,6 +90,9 @@ TORCHVISION = ("resnet18", "resnet50", "vit_b_16")
 QUICK = ("branchynet", "bert", "light_squeezenet")
 GOAL_EXES, GOAL_CALLS = 1.1, 3.0
 GOAL_COMPILE_S = {"tv_resnet18": 120.0, "tv_resnet50": 600.0}
+#: A float chain's outputs against the reference executor, relative to each output's largest
+#: magnitude: split reductions reassociate float sums (docs/backend.md's 1e-5)
+FLOAT_TOLERANCE = 1e-5
 
 
 # -- models ----------------------------------------------------------------------------------------
@@ -229,7 +235,7 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     """Split once, fuse with every strategy, link and simulate each chain (module docstring)."""
     from corefold.backend.qdq import is_quantized
     from corefold.compile import fits_for, link, lower_for, split_threshold
-    from corefold.executor import random_inputs
+    from corefold.executor import random_inputs, run
     from corefold.frontend.onnx import load_model
     from corefold.passes.quantize.integer import IntegerRunner
     from corefold.passes.serial import SerialSettings
@@ -243,9 +249,11 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     graph = load_model(path)
     feeds = random_inputs(graph, seed=seed)
     nodes_in = len(graph)
-    want = None
+    want = reference = None
     if simulate and is_quantized(graph):
         want = IntegerRunner(load_model(path)).run(feeds)
+    elif simulate:
+        reference = run(load_model(path), feeds)
     settings = SerialSettings(fusion=DEFAULT, workers=workers)
     split = SplitSettings(threshold=split_threshold(graph, target))  # as compile_model splits
     ctx = CompileContext(target=target, settings={"serial": settings, "split": split}, seed=seed)
@@ -276,11 +284,14 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
                "chain_minimum_executables": res.chain_minimum_executables}
         if simulate:
             t2 = time.perf_counter()
-            run = simulate_chain(exes, feeds, target)
-            row["latency_s"] = run.report.latency_s
+            chain = simulate_chain(exes, feeds, target)
+            row["latency_s"] = chain.report.latency_s
             row["sim_s"] = time.perf_counter() - t2
             if want is not None:
-                row["exact"] = all(np.array_equal(run.tensors[k], v) for k, v in want.items())
+                row["exact"] = all(np.array_equal(chain.tensors[k], v) for k, v in want.items())
+            if reference is not None:
+                row["float_error"] = max(float(np.max(np.abs(chain.tensors[k].astype(np.float64) - v)))
+                                         / max(float(np.max(np.abs(v))), 1e-30) for k, v in reference.items())
         rows[s] = row
         log(f"  {s:<8} {row['executables']} executables, {row['compile_calls']} compiles, {row['fits_calls']} fits, "
             f"fused in {fuse_s:.1f} s" + (f", simulated in {row['sim_s']:.1f} s" if simulate else ""))
@@ -333,7 +344,17 @@ def failure(exc: BaseException) -> dict:
 
 # -- printing ----------------------------------------------------------------------------------------
 HEADER = (f"{'model':<22}{'strategy':<9}{'exes':>5}{'/min':>6}{'/chn':>6}{'calls':>7}{'/opt':>6}{'fits':>6}{'wall s':>9}"
-          f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}{'exact':>7}")
+          f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}{'check':>9}")
+
+
+def _check_cell(row: dict) -> str:
+    """``exact``/``NO`` for an int8 chain, the relative error of a float one (flagged above
+    :data:`FLOAT_TOLERANCE`), ``-`` when not simulated."""
+    if "exact" in row:
+        return "exact" if row["exact"] else "NO"
+    if "float_error" in row:
+        return f"{row['float_error']:.1e}" + ("!" if row["float_error"] > FLOAT_TOLERANCE else "")
+    return "-"
 
 
 def print_model(name: str, result: dict) -> None:
@@ -354,7 +375,7 @@ def print_model(name: str, result: dict) -> None:
               f"{r['executables'] / chain_min if chain_min else float('nan'):6.2f}{r['compile_calls']:7d}"
               f"{r['compile_calls'] / max(opt['compile_calls'], 1):6.2f}{r['fits_calls']:6d}{r['wall_s']:9.1f}"
               f"{r['dram_bytes'] / 1024:11.0f}{r['host_bytes'] / 1024:10.0f}{lat}{lat_ratio}"
-              f"{({True: 'yes', False: 'NO'}).get(r.get('exact'), '-'):>7}", flush=True)
+              f"{_check_cell(r):>9}", flush=True)
     if "compile" in result:
         c = result["compile"]
         if "error" in c:
@@ -476,8 +497,9 @@ def main(argv=None) -> int:
     print("\ncolumns: /min = executables over the optimal reference's minimum; /chn = over the split chain's minimum (fusion alone); calls = full compiles (split phase "
           "included, optimal has none); /opt = over the optimal strategy's; fits = fast feasibility checks; wall s = "
           "split phase + the strategy's fusion (optimal: its own cover); DRAM/host KiB = bytes read and written at the executables' boundaries; lat us = "
-          "simulated latency of the chain; exact = int8 (--int8): the chain's outputs equal the integer execution of "
-          "the model")
+          "simulated latency of the chain; check = int8 (--int8): whether the chain's outputs equal the integer "
+          "execution of the model; float: their largest error relative to the reference executor's largest output "
+          f"('!' above {FLOAT_TOLERANCE:g})")
     for line in goals(results):
         print(line)
     return 0
