@@ -48,7 +48,13 @@ from corefold.ir import Graph, Node, Value
 from corefold.passes.split import split_graph
 from corefold.passes.split.rows import bands_to_fit, cut_rows
 from corefold.passes.split.rules import candidate_axes
-from corefold.passes.split.split import ACTIVATION_META, JOIN_META, choose_split, touched_bytes
+from corefold.passes.split.split import (
+    ACTIVATION_META,
+    JOIN_META,
+    MAX_PIECES,
+    choose_split,
+    touched_bytes,
+)
 from corefold.target import Target
 
 #: Domain of the fused integer nodes (never exported: they exist only inside lowering).
@@ -282,25 +288,40 @@ def cut_weights(graph: Graph, max_weight: int) -> int:
 
 
 def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
-    _cut(graph, node, threshold)
+    """Cut a fused integer node to ``threshold`` bytes; at most :data:`MAX_PIECES` nodes
+    (pieces, slices, sums) come of it.
+
+    Raises:
+        CompileError: SRAM, when the pieces would be more: a reduction cut whose int32
+            partials do not fit either is cut again and again (a 96-channel 8 x 8 int8
+            convolution at 3.5 KiB, a threshold ``lower`` retries with, made 250,000 nodes
+            in 4 s), and such a threshold is too small for the operator anyway.
+    """
+    _cut(graph, node, threshold, limit=len(graph) + MAX_PIECES, origin=node.name)
 
 
-def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
+def _cut(graph: Graph, node: Node, threshold: int | None, forced=None, limit: int | None = None,
+         origin: str | None = None) -> None:
     """Cut a node (a fused integer node keeps its quantization, sliced with its tensors)
     until every piece fits ``threshold`` bytes (split rules of
     :mod:`corefold.passes.split.rules`), over a reduced dimension only when
     :func:`reducible` (:class:`_Partial`); ``forced`` gives the axis and piece count of the
-    first cut instead. O(pieces)."""
+    first cut instead; past ``limit`` nodes in the graph, an SRAM CompileError (see
+    :func:`_cut_fused`; ``origin`` names the node cut). O(pieces)."""
     if forced is not None:
         ax, k = forced
     else:
         if touched_bytes(node) <= threshold:
             return
+        if limit is not None and len(graph) > limit:
+            raise CompileError("SRAM", "every core", touched_bytes(node), threshold,
+                               f"integer node '{origin or node.name}' would need more than {MAX_PIECES} "
+                               f"pieces to fit")
         bands = bands_to_fit(node, threshold)
         if bands is not None:
             join = cut_rows(graph, node, bands)
             for piece in [v.producer for v in join.inputs]:
-                _cut(graph, piece, threshold)
+                _cut(graph, piece, threshold, limit=limit, origin=origin)
             return
         try:
             ax, k = choose_split(node, threshold)
@@ -390,7 +411,7 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None) -> None:
     graph.replace_all_uses(hold, o)
     if threshold is not None:
         for p in [*pieces, join] if partial is not None else pieces:
-            _cut(graph, p, threshold)
+            _cut(graph, p, threshold, limit=limit, origin=origin)
 
 
 #: Integer operators that can be cut over their reduced dimension (:class:`_Partial`).

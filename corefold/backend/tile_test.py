@@ -370,3 +370,33 @@ def test_a_dequantized_weight_is_folded_in_a_graph_without_quantizelinear():
     name = g.outputs[0].name
     want, got = run(g, feeds)[name], run_executable(lower(g, target), feeds)[name]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_fused_operator_that_would_need_too_many_pieces_is_out_of_sram_at_once():
+    """A 96-channel int8 3 x 3 convolution on an 8 x 8 image at 3.5 KiB per piece (a
+    threshold ``lower`` retries with): no output-channel piece fits beside the 6 KiB input,
+    so it is cut over its input channels, and its int32 partials and their Sum, each larger
+    than the threshold, were cut again and again: 250,000 nodes and 45 s of M1's fit checks
+    for one 3-layer chain. The cut now stops at ``MAX_PIECES`` nodes with an SRAM error
+    naming the operator; at the core's own threshold the same convolution still tiles."""
+    import tempfile
+    from pathlib import Path
+
+    from corefold.backend.lower_test import _conv_chain
+    from corefold.backend.testing import small_target
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.passes.split.split import MAX_PIECES
+
+    g = _conv_chain(96, 8, 2, in_ch=96)
+    with tempfile.TemporaryDirectory() as d:
+        calib = Path(d) / "calib.npz"
+        np.savez(calib, x=np.random.default_rng(0).standard_normal((4, 96, 8, 8)).astype(np.float32))
+        quantize_graph(g, load_calibration(calib, g), QuantizeSettings(calibration="minmax", max_batches=4),
+                       progress=False)
+    target = small_target(sram_kib=16, reserved_kib=2)
+    fine = tile(g, target)
+    assert all(touched_bytes(n) <= target.core_memory_threshold for n in fine.nodes if n.domain == "corefold.int")
+    with pytest.raises(CompileError) as exc:
+        tile(g, target, threshold=3584)
+    assert exc.value.resource == "SRAM" and f"more than {MAX_PIECES} pieces" in str(exc.value)
+    assert "conv" in str(exc.value)
