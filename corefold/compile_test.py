@@ -118,3 +118,43 @@ def test_a_quantized_model_whose_operator_compiles_only_cut_per_core_is_split_ag
     assert build.graph is not g and len(convs) > 3  # cut into pieces
     assert len(build.executables) == len(build.serial.pieces) >= 1
     assert build.serial.pieces[-1].end == len(build.serial.order) == len(build.graph)
+
+
+def test_a_quantized_build_passes_integers_between_its_parts_and_they_run_in_onnxruntime(tmp_path):
+    """A QDQ model compiled into several executables: every tensor the parts pass between
+    them is an integer tensor (each part dequantizes its own copy), the part*.onnx files run
+    one after another in ONNX Runtime to the whole model's outputs (as ONNX writes them:
+    ``qdq_exact``, so every CPU computes the same), and the simulated chain equals the
+    integer execution."""
+    import numpy as np
+
+    from corefold.backend.testing import small_target
+    from corefold.compile import CompileSettings, compile_model, write_build
+    from corefold.frontend.onnx.check import ort_session
+    from corefold.passes.quantize import load_calibration
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.sim import simulate_chain
+
+    g = _conv_chain(96, 8, 4)  # 4 x 81 KiB of int8 weights on 16 cores of 16 KiB
+    t = small_target(sram_kib=16, reserved_kib=2)
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32))
+    build = compile_model(g, t, calib=load_calibration(tmp_path / "c.npz", g),
+                          settings=CompileSettings(strategies_table=False, polish=False, simulate=False))
+    assert len(build.executables) >= 2 and not build.serial.ends_inside_patterns()
+    folder = write_build(build, tmp_path / "build")
+    feeds = random_inputs(build.graph, 1)
+    whole = ort_session(str(folder / "model.onnx"), qdq_exact=True)
+    want = dict(zip([o.name for o in whole.get_outputs()], whole.run(None, feeds), strict=True))
+    env = dict(feeds)
+    graph_io = {v.name for v in [*build.graph.inputs, *build.graph.outputs]}
+    for i in range(len(build.executables)):
+        part = ort_session(str(folder / f"part{i}.onnx"), qdq_exact=True)
+        for v in [*part.get_inputs(), *part.get_outputs()]:
+            assert v.name in graph_io or v.type in ("tensor(int8)", "tensor(uint8)"), (i, v.name, v.type)
+        outs = part.run(None, {v.name: env[v.name] for v in part.get_inputs()})
+        env.update(zip([o.name for o in part.get_outputs()], outs, strict=True))
+    for k, v in want.items():
+        np.testing.assert_array_equal(env[k], v)
+    got = simulate_chain(build.executables, feeds, t).tensors
+    for k, v in IntegerRunner(build.graph).run(feeds).items():
+        np.testing.assert_array_equal(got[k], v)
