@@ -128,6 +128,19 @@ def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
     return out, replaced
 
 
+def latency_for(target: Target):
+    """The simulated latency of an executable on ``target`` (the timed run, seconds): what
+    M1 balances its cuts by (:mod:`corefold.passes.serial.balance`)."""
+    return functools.partial(_latency, target=target)
+
+
+def _latency(executable, target: Target) -> float:
+    from corefold.sim.timed import time_executable
+
+    run = time_executable(executable, target)
+    return float(run.run_end - run.run_start)
+
+
 def fits_for(target: Target):
     """``backend.fits`` bound to ``target`` and M1's candidate settings (``backend.lower.SEARCH``)."""
     from corefold.backend.lower import SEARCH, fits
@@ -216,6 +229,7 @@ def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None
                          progress=progress, compile=compiler or lower_for(target))
     if own_backend:
         ctx.data["fits"] = fits_for(target)
+        ctx.data["latency"] = latency_for(target)
     memo: dict = {}  # outcomes shared by the chosen strategy and the strategy table
     ctx.data["compile_memo"] = memo
     bar = None
@@ -293,7 +307,7 @@ def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend,
         build.executables = link(executables, graph)
     if settings.strategies_table:
         build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,
-                                         progress=bar)
+                                         progress=bar, latency_fn=ctx.data.get("latency"))
     if settings.simulate and own_backend:
         from corefold.executor import random_inputs
         from corefold.sim import simulate_chain
@@ -362,6 +376,7 @@ def manifest(build: Build, names: list[str]) -> dict[str, Any]:
         "fits_calls": res.fits_calls, "minimum_executables": res.minimum_executables,
         "chain_minimum_executables": res.chain_minimum_executables, "polished": build.polished,
         "ends_inside_integer_patterns": res.ends_inside_patterns(),
+        "balance": res.balance.to_json() if res.balance is not None else None,
         "inputs": [v.name for v in build.graph.inputs], "outputs": [v.name for v in build.graph.outputs],
         "buffers": buffers,
     }
@@ -459,8 +474,16 @@ def render_report(build: Build, doc: dict[str, Any]) -> str:
     notes = [f"M1 fusion '{doc['fusion']}': {len(chain)} executables, {doc['compile_calls']} compile calls; "
              f"the optimal reference needs {doc['minimum_executables']} cutting anywhere, "
              f"{doc.get('chain_minimum_executables')} fusing the split chain's pieces."]
+    if doc.get("balance"):
+        notes.append(balance_line(doc["balance"]))
     return render(title=f"corefold build of {build.graph.name}", target=build.target.name, chain=chain,
                   fusion=doc.get("strategies", []), sim=sim, events=events, quant=build.quantize_report, notes=notes)
+
+
+def balance_line(b: dict) -> str:
+    """One line on M1's balanced cuts (manifest ``balance``)."""
+    return (f"cuts moved for latency: {b['moved']} ({b['evaluations']} positions tried), "
+            f"{b['latency_before_s'] * 1e6:.1f} -> {b['latency_after_s'] * 1e6:.1f} us before the order search")
 
 
 def load_build(folder: str | os.PathLike, target: Target | None = None):

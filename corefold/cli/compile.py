@@ -126,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(build, folder, seconds: float) -> None:
+    from corefold.compile import balance_line
+
     res = build.serial
     print(f"{build.graph.name} on {build.target.name}: {len(res.pieces)} executable(s) "
           f"(fusion {res.strategy}; minimum {res.minimum_executables}), {res.compile_calls} compile calls, "
@@ -136,6 +138,8 @@ def _print_summary(build, folder, seconds: float) -> None:
             lat = f", simulated {build.simulation.runs[i].report.latency_s * 1e6:.1f} us"
         out_bytes = res.crossing_bytes[i] if i < len(res.crossing_bytes) else 0
         print(f"  part{i}: operators {p.start}..{p.end - 1} ({len(sub)} nodes), {out_bytes} bytes to the next{lat}")
+    if res.balance is not None and len(res.pieces) > 1:
+        print(f"  {balance_line(res.balance.to_json())}")
     if build.polished:
         print(f"  {build.polished} of {len(res.pieces)} executable(s) lowered again with the M3 order search")
     if build.table:

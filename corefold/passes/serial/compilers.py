@@ -34,12 +34,15 @@ from corefold.passes.serial.chain import Piece, extract
 
 @dataclass
 class Outcome:
-    """What compiling one range gave: the executable, or the error that refused it."""
+    """What compiling one range gave: the executable, or the error that refused it, and
+    the executable's simulated latency once someone measured it (M1's balancing; kept here
+    so that services sharing a memo measure it once)."""
 
     piece: Piece
     executable: Any = None
     error: CompileError | None = None
     seconds: float = 0.0
+    latency_s: float | None = None
 
     @property
     def ok(self) -> bool:

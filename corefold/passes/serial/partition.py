@@ -30,6 +30,7 @@ import numpy as np
 
 from corefold.errors import CompileError, CorefoldError
 from corefold.ir import Graph, Node
+from corefold.passes.serial.balance import Balance, balance_cuts
 from corefold.passes.serial.chain import Attributes, Piece, extract
 from corefold.passes.serial.compilers import CompileService
 from corefold.passes.serial.cuts import Crossing, clean_ends, constant_nodes, crossing, target_cuts
@@ -74,6 +75,11 @@ class SerialSettings:
         group_max_macs, group_max_weight_bytes, group_max_nodes: strategy a's maxima for a
             group's summed MACs, weight bytes and nodes (0: no bound).
         group_min_macs, group_min_weight_bytes, group_min_nodes: strategy a's minima.
+        balance_trials: with ``optimal`` and a latency callable (``corefold compile`` on
+            its own backend), the positions each cut of the cover may try, within the
+            ranges that fit, to lower the chain's simulated latency at the same count
+            (:mod:`~corefold.passes.serial.balance`); 0 keeps the greedy's cuts, each
+            range as long as it compiles.
         workers: compile processes (1: in this process; 0: one per CPU).
         ray: ``""`` (none), ``"auto"`` or a Ray cluster address to compile on.
     """
@@ -89,6 +95,7 @@ class SerialSettings:
     group_min_macs: float = 0.0
     group_min_weight_bytes: float = 0.0
     group_min_nodes: float = 0.0
+    balance_trials: int = 6
     workers: int = 1
     ray: str = ""
 
@@ -105,6 +112,8 @@ class SerialSettings:
         bad = [r for r in self.split_rules if r not in ("target", "single", "balanced")]
         if bad:
             raise SerialError(f"split rule '{bad[0]}' is unknown (target, single, balanced)")
+        if self.balance_trials < 0:
+            raise SerialError(f"balance_trials must be >= 0, got {self.balance_trials}")
         return self
 
     def limits(self) -> GroupLimits:
@@ -129,6 +138,8 @@ class SerialResult:
             Between the two lies what fusion cannot recover because the split phase cut
             elsewhere.
         crossing_bytes: bytes stored to DRAM between consecutive executables.
+        balance: what moving the cover's cuts did (:class:`~corefold.passes.serial.balance.Balance`),
+            None when it did not run.
     """
 
     order: list[Node]
@@ -141,6 +152,7 @@ class SerialResult:
     crossing_bytes: list[int] = field(default_factory=list)
     strategy: str = "d"
     chain_minimum_executables: int | None = None
+    balance: Balance | None = None
 
     def subgraphs(self, graph: Graph) -> list[Graph]:
         return [extract(graph, self.order, p, name=f"{graph.name}_part{i}") for i, p in enumerate(self.pieces)]
@@ -162,7 +174,8 @@ class SerialResult:
                 "fits_calls": self.fits_calls, "minimum_executables": self.minimum_executables,
                 "chain_minimum_executables": self.chain_minimum_executables,
                 "pieces_after_split": len(self.split_pieces),
-                "ranges": [[p.start, p.end] for p in self.pieces], "crossing_bytes": self.crossing_bytes}
+                "ranges": [[p.start, p.end] for p in self.pieces], "crossing_bytes": self.crossing_bytes,
+                "balance": self.balance.to_json() if self.balance is not None else None}
 
 
 _BALANCE = {"SRAM": "weights", "NoC buffers": "weights", "instruction memory": "nodes", "core count": "work"}
@@ -278,7 +291,7 @@ def _factory(graph: Graph, compile_fn, fits_fn, settings: SerialSettings, memo=N
 
 
 def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None = None, *,
-                     fits_fn=None, memo: dict | None = None, progress=None) -> SerialResult:
+                     fits_fn=None, memo: dict | None = None, progress=None, latency_fn=None) -> SerialResult:
     """Partition ``graph`` into a chain of subgraphs that each compile with ``compile_fn``,
     cut along the graph's stable topological order.
 
@@ -290,6 +303,9 @@ def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None =
         memo: outcomes shared with other runs on the same graph (work saved, calls still
             counted; see ``compilers``).
         progress: a ``tqdm``-like object told of every compile call.
+        latency_fn: optional ``latency(executable) -> seconds`` (the timed simulation):
+            with it, ``optimal`` moves its cuts to lower the chain's latency
+            (``settings.balance_trials``).
 
     Raises:
         CompileError: an operator that alone cannot compile.
@@ -306,7 +322,7 @@ def serial_partition(graph: Graph, compile_fn, settings: SerialSettings | None =
     constants_beside_readers(graph)
     make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
     if settings.fusion == "optimal" and fits_fn is not None:
-        return optimal_directly(graph, settings, make)
+        return optimal_directly(graph, settings, make, latency_fn)
     return fuse_prepared(prepare(graph, compile_fn, settings, make), settings, make)
 
 
@@ -354,42 +370,48 @@ def constants_beside_readers(graph: Graph) -> int:
     return moved
 
 
-def optimal_directly(graph: Graph, settings: SerialSettings, make) -> SerialResult:
+def optimal_directly(graph: Graph, settings: SerialSettings, make, latency_fn=None) -> SerialResult:
     """The optimal strategy without the split phase: its cover ranges over every position of
     the order, whatever the split chain is, so the split phase's compiles would be spent
     for nothing. The greedy cover with every step confirmed by a compile
-    (:func:`~corefold.passes.serial.fusion.compiled_cover`); the reference is then the
-    same greedy on the fast check, on the same caches. There is no split chain:
-    ``split_pieces`` is the cover itself. O(k log(n / k)) fast checks and about k compiles
-    for k executables of n operators."""
+    (:func:`~corefold.passes.serial.fusion.compiled_cover`), its cuts then moved to lower
+    the chain's latency when ``latency_fn`` is given (:func:`~corefold.passes.serial.balance.balance_cuts`);
+    the reference is the same greedy on the fast check, on the same caches. There is no
+    split chain: ``split_pieces`` is the cover itself. O(k log(n / k)) fast checks and
+    about k compiles for k executables of n operators, plus the balancing's
+    O(k * balance_trials) compiles and timed runs."""
     order = graph.topological_order()
     svc = make(order, {})
+    balance = None
     try:
         cross = crossing(graph, order)
         ends = clean_ends(order)
         pieces = compiled_cover(0, len(order), svc, ends)
+        if latency_fn is not None and settings.balance_trials > 0:
+            pieces, balance = balance_cuts(pieces, svc, latency_fn, ends, settings.balance_trials)
         outcomes = svc.compile_many(pieces)
         minimum = len(minimum_cover(0, len(order), svc.fits, ends)) if settings.reference else None
     finally:
         svc.close()
     return SerialResult(order, pieces, [o.executable for o in outcomes], svc.calls, svc.fits_calls, list(pieces),
-                        minimum, [int(cross.bytes[p.end]) for p in pieces[:-1]], "optimal", None)
+                        minimum, [int(cross.bytes[p.end]) for p in pieces[:-1]], "optimal", None, balance)
 
 
 def compare_strategies(graph: Graph, compile_fn, settings: SerialSettings | None = None, *, fits_fn=None,
                        strategies: tuple[str, ...] = ("a", "b", "c", "d", "optimal"), memo: dict | None = None,
-                       progress=None) -> dict[str, SerialResult]:
+                       progress=None, latency_fn=None) -> dict[str, SerialResult]:
     """Every strategy on the same split chain, each counting its own compile calls (the
     split phase's included); the reference is computed once, with the first. ``optimal``
     with a fast check runs as it does alone, without the split phase (its calls are its
-    cover's)."""
+    cover's; its cuts balanced with ``latency_fn``)."""
     settings = (settings or SerialSettings()).checked()
     make = _factory(graph, compile_fn, fits_fn, settings, memo, progress)
     prep = prepare(graph, compile_fn, settings, make)
     out = {}
     for i, s in enumerate(strategies):
         if s == "optimal" and fits_fn is not None:  # as `--fusion optimal` runs: no split phase
-            out[s] = optimal_directly(graph, replace(settings, reference=(i == 0) and settings.reference), make)
+            out[s] = optimal_directly(graph, replace(settings, reference=(i == 0) and settings.reference), make,
+                                      latency_fn)
             continue
         out[s] = fuse_prepared(prep, settings, make, strategy=s, reference=(i == 0) and settings.reference)
     minimum = out[strategies[0]].minimum_executables
@@ -412,7 +434,8 @@ class SerialPass:
     def run(self, graph: Graph, ctx) -> PassResult:
         settings = ctx.settings_for(self)
         res = serial_partition(graph, ctx.compile, settings, fits_fn=ctx.data.get("fits"),
-                               memo=ctx.data.get("compile_memo"), progress=ctx.data.get("compile_progress"))
+                               memo=ctx.data.get("compile_memo"), progress=ctx.data.get("compile_progress"),
+                               latency_fn=ctx.data.get("latency"))
         for i, p in enumerate(res.pieces):
             for node in res.order[p.start:p.end]:
                 node.meta["subgraph"] = i
