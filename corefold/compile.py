@@ -482,8 +482,9 @@ def render_report(build: Build, doc: dict[str, Any]) -> str:
 
 def balance_line(b: dict) -> str:
     """One line on M1's balanced cuts (manifest ``balance``)."""
+    before, after = b["latency_before_s"], b["latency_after_s"]
     return (f"cuts moved for latency: {b['moved']} ({b['evaluations']} positions tried), "
-            f"{b['latency_before_s'] * 1e6:.1f} -> {b['latency_after_s'] * 1e6:.1f} us before the order search")
+            f"{before * 1e6:.4g} -> {after * 1e6:.4g} us ({after / before - 1:+.1%}) before the order search")
 
 
 def load_build(folder: str | os.PathLike, target: Target | None = None):
