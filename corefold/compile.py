@@ -483,7 +483,8 @@ def render_report(build: Build, doc: dict[str, Any]) -> str:
 def balance_line(b: dict) -> str:
     """One line on M1's balanced cuts (manifest ``balance``)."""
     before, after = b["latency_before_s"], b["latency_after_s"]
-    return (f"cuts moved for latency: {b['moved']} ({b['evaluations']} positions tried), "
+    return (f"cuts moved for latency: {b['moved']} ({b['evaluations']} positions tried, "
+            f"{b['compiles']} compiles of the calls above), "
             f"{before * 1e6:.4g} -> {after * 1e6:.4g} us ({after / before - 1:+.1%}) before the order search")
 
 

@@ -229,14 +229,9 @@ def output_steps(model_path: str) -> dict[str, float]:
     """Per graph output of an ONNX model, its quantization step: the largest scale of the
     DequantizeLinear that produces it (absent for a float output)."""
     from corefold.frontend.onnx import load_model
+    from corefold.passes.quantize.check import output_steps as graph_steps
 
-    graph = load_model(model_path)
-    steps = {}
-    for v in graph.outputs:
-        node = v.producer
-        if node is not None and node.op_type == "DequantizeLinear" and node.inputs[1].const is not None:
-            steps[v.name] = float(np.max(np.abs(node.inputs[1].const)))
-    return steps
+    return {k: v for k, v in graph_steps(load_model(model_path)).items() if v is not None}
 
 
 def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:

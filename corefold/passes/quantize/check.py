@@ -53,7 +53,7 @@ def output_steps(graph: Graph) -> dict[str, float | None]:
     for v in graph.outputs:
         dq = v.producer
         if dq is not None and dq.op_type == "DequantizeLinear" and dq.inputs[1].const is not None:
-            steps[v.name] = float(np.max(dq.inputs[1].const))
+            steps[v.name] = float(np.max(np.abs(dq.inputs[1].const)))
         else:
             steps[v.name] = None
     return steps

@@ -41,17 +41,19 @@ _INV_PHI = (math.sqrt(5) - 1) / 2
 
 @dataclass
 class Balance:
-    """What the balancing did: cuts moved, and the summed latency of the ranges before
-    and after (the latency callable's figures: M1's candidate executables)."""
+    """What the balancing did: cuts moved, positions tried, the full compiles it added to
+    the cover's, and the summed latency of the ranges before and after (the latency
+    callable's figures: M1's candidate executables)."""
 
     moved: int = 0
     evaluations: int = 0
+    compiles: int = 0
     latency_before_s: float | None = None
     latency_after_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"moved": self.moved, "evaluations": self.evaluations, "latency_before_s": self.latency_before_s,
-                "latency_after_s": self.latency_after_s}
+        return {"moved": self.moved, "evaluations": self.evaluations, "compiles": self.compiles,
+                "latency_before_s": self.latency_before_s, "latency_after_s": self.latency_after_s}
 
 
 def balance_cuts(pieces: Sequence[Piece], svc: CompileService, latency: Callable[[Any], float],
@@ -63,6 +65,7 @@ def balance_cuts(pieces: Sequence[Piece], svc: CompileService, latency: Callable
     if len(pieces) < 2 or trials <= 0:
         return list(pieces), report
     bounds = [pieces[0].start, *(p.end for p in pieces)]
+    calls = getattr(svc, "calls", 0)
 
     def cost(p: Piece) -> float:
         out = svc.compile(p)
@@ -96,6 +99,7 @@ def balance_cuts(pieces: Sequence[Piece], svc: CompileService, latency: Callable
                 bounds[i] = best
                 report.moved += 1
     report.latency_after_s = total()
+    report.compiles = getattr(svc, "calls", 0) - calls
     return [Piece(a, b) for a, b in zip(bounds, bounds[1:], strict=False)], report
 
 
