@@ -236,7 +236,7 @@ def boundary_bytes(exes) -> tuple[int, int]:
     return dram, host
 
 
-def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, log) -> dict:
+def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, log, balance_trials: int = 6) -> dict:
     """Split once, fuse with every strategy, link and simulate each chain (module docstring)."""
     from corefold.backend.qdq import is_quantized
     from corefold.compile import fits_for, latency_for, link, lower_for, split_threshold
@@ -259,7 +259,7 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
     if simulate and not floats:
         original = load_model(path)  # unsplit: its outputs' DequantizeLinear give their steps
         want = IntegerRunner(original).run(feeds)
-    settings = SerialSettings(fusion=DEFAULT, workers=workers)
+    settings = SerialSettings(fusion=DEFAULT, workers=workers, balance_trials=balance_trials)
     split = SplitSettings(threshold=split_threshold(graph, target))  # as compile_model splits
     ctx = CompileContext(target=target, settings={"serial": settings, "split": split}, seed=seed)
     Pipeline([SplitPass()]).run(graph, ctx)
@@ -312,7 +312,7 @@ def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, 
             "split_calls": prep.split_calls, "split_s": split_s, "strategies": rows}
 
 
-def compile_run(path: Path, target, seed: int, workers: int) -> dict:
+def compile_run(path: Path, target, seed: int, workers: int, balance_trials: int = 6) -> dict:
     """``corefold compile``'s work, timed from import to the simulated chain."""
     from corefold.compile import CompileSettings, compile_model
     from corefold.frontend.onnx import load_model
@@ -320,7 +320,8 @@ def compile_run(path: Path, target, seed: int, workers: int) -> dict:
 
     t0 = time.perf_counter()
     graph = load_model(path)
-    build = compile_model(graph, target, serial=SerialSettings(fusion=DEFAULT, workers=workers),
+    build = compile_model(graph, target, serial=SerialSettings(fusion=DEFAULT, workers=workers,
+                                                              balance_trials=balance_trials),
                           settings=CompileSettings(strategies_table=False, simulate=True, seed=seed))
     return {"compile_s": time.perf_counter() - t0, "executables": len(build.executables),
             "compile_calls": build.serial.compile_calls, "fits_calls": build.serial.fits_calls,
@@ -430,7 +431,8 @@ def print_model(name: str, result: dict) -> None:
         else:
             print(f"{'' if rows else name:<22}compile_model ({DEFAULT}): {c['executables']} executables, "
                   f"{c['compile_calls']} compiles, {c['fits_calls']} fits (reference: {c['minimum_executables']}), "
-                  f"{c['compile_s']:.1f} s from import to simulated chain", flush=True)
+                  f"{c['compile_s']:.1f} s from import to simulated chain, latency {c['latency_s'] * 1e6:.1f} us",
+                  flush=True)
 
 
 def goals(results: dict[str, dict]) -> list[str]:
@@ -495,6 +497,8 @@ def main(argv=None) -> int:
                    help="only the timed compile_model run per model (goal 2), no strategy table")
     p.add_argument("--int8", action="store_true",
                    help="quantize every model to int8 first (corefold's quantizer) and check each chain's exactness")
+    p.add_argument("--balance-trials", type=int, default=6,
+                   help="positions each of optimal's cuts tries to lower the chain's latency (0: the greedy's cuts) [6]")
     p.add_argument("--json", help="write the results as JSON")
     args = p.parse_args(argv)
     if args.json:
@@ -524,7 +528,7 @@ def main(argv=None) -> int:
                 if args.int8:
                     path = int8_model(path, Path(tmp), args.seed)
                 result = {} if args.compile_only else strategy_table(path, target, args.seed, args.workers,
-                                                                     not args.no_sim, log)
+                                                                     not args.no_sim, log, args.balance_trials)
             except Exception as exc:  # noqa: BLE001 - a bench records failures and goes on
                 result = failure(exc)
                 log(f"  FAILED: {result['error']} [{result['where']}]")
@@ -532,7 +536,7 @@ def main(argv=None) -> int:
                 log(f"[{name}] compile_model, strategy {DEFAULT}")
                 t0 = time.perf_counter()
                 try:
-                    result["compile"] = compile_run(path, target, args.seed, args.workers)
+                    result["compile"] = compile_run(path, target, args.seed, args.workers, args.balance_trials)
                 except Exception as exc:  # noqa: BLE001
                     result["compile"] = failure(exc) | {"compile_s": time.perf_counter() - t0}
             results[name + ("_int8" if args.int8 else "")] = result
