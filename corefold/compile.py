@@ -474,7 +474,7 @@ def render_report(build: Build, doc: dict[str, Any]) -> str:
     notes = [f"M1 fusion '{doc['fusion']}': {len(chain)} executables, {doc['compile_calls']} compile calls; "
              f"the optimal reference needs {doc['minimum_executables']} cutting anywhere, "
              f"{doc.get('chain_minimum_executables')} fusing the split chain's pieces."]
-    if doc.get("balance"):
+    if doc.get("balance") and doc["balance"]["latency_before_s"]:
         notes.append(balance_line(doc["balance"]))
     return render(title=f"corefold build of {build.graph.name}", target=build.target.name, chain=chain,
                   fusion=doc.get("strategies", []), sim=sim, events=events, quant=build.quantize_report, notes=notes)

@@ -152,3 +152,22 @@ def test_on_the_backend_the_balanced_chain_is_faster_and_computes_the_model():
     assert balanced.balance is not None and balanced.balance.moved == 1 and greedy.balance is None
     assert balanced.balance.latency_after_s < balanced.balance.latency_before_s
     assert fast < slow
+
+
+def test_a_model_in_one_executable_has_no_cut_to_move_and_its_build_is_written(tmp_path):
+    """One executable: nothing to balance (``balance`` None in the result and the manifest),
+    and the build folder with its report is written (the report's balance line divided by
+    the latency of a balancing that never ran: an internal error of ``corefold compile`` on
+    every model that fits the chip)."""
+    import json
+
+    from corefold.backend.lower_test import _conv_chain
+    from corefold.compile import CompileSettings, compile_model, write_build
+    from corefold.target import load_target
+
+    build = compile_model(_conv_chain(8, 8, 2), load_target("npu"),
+                          settings=CompileSettings(strategies_table=False, polish=False))
+    assert len(build.executables) == 1 and build.serial.balance is None
+    folder = write_build(build, tmp_path / "build")
+    assert json.loads((folder / "manifest.json").read_text())["balance"] is None
+    assert (folder / "report.html").stat().st_size > 0

@@ -387,7 +387,7 @@ def optimal_directly(graph: Graph, settings: SerialSettings, make, latency_fn=No
         cross = crossing(graph, order)
         ends = clean_ends(order)
         pieces = compiled_cover(0, len(order), svc, ends)
-        if latency_fn is not None and settings.balance_trials > 0:
+        if latency_fn is not None and settings.balance_trials > 0 and len(pieces) > 1:
             pieces, balance = balance_cuts(pieces, svc, latency_fn, ends, settings.balance_trials)
         outcomes = svc.compile_many(pieces)
         minimum = len(minimum_cover(0, len(order), svc.fits, ends)) if settings.reference else None
