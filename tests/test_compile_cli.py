@@ -252,3 +252,17 @@ def test_report_loads_in_a_headless_browser_without_console_errors(work):
     assert "<svg" in proc.stdout and "Fusion strategies" in proc.stdout
     console = [ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln and ("rror" in ln or "Uncaught" in ln)]
     assert console == []
+
+
+def test_the_readmes_main_job_compiles_and_simulates_the_bundled_example(tmp_path):
+    """The README's first command after the install: the bundled example onto the default
+    target (one executable: the path of every model that fits the chip), then ``corefold
+    sim build --check``; both exit 0 and the build holds its report and manifest."""
+    example = Path(__file__).resolve().parents[1] / "corefold" / "examples" / "tiny_cnn.onnx"
+    proc = corefold("compile", example, "-o", tmp_path / "build", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "build" / "manifest.json").read_text())
+    assert len(manifest["executables"]) == 1 and (tmp_path / "build" / "report.html").stat().st_size > 0
+    proc = corefold("sim", tmp_path / "build", "--check", tmp_path / "build" / "model.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert ": ok" in proc.stdout
