@@ -114,24 +114,12 @@ def naive_latency(float_graph, target, int8: bool) -> float:
     return float(simulate(problem, baseline_orders(problem)["file"]))
 
 
-#: operators whose output hides the error of their input: softmax turns a tiny relative
-#: error in huge logits (the light models' random weights reach 1e9) into a different output
-NORMALISERS = frozenset({"Softmax", "LogSoftmax"})
-#: operators that only rearrange (looked through back from an output)
-REARRANGE = frozenset({"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"})
-
-
 def softmax_logits(graph) -> dict:
     """Softmax node name -> its input value, for every graph output a Softmax makes
-    (through reshapes). O(outputs x depth)."""
-    logits = {}
-    for out in graph.outputs:
-        node = out.producer
-        while node is not None and node.op_type in REARRANGE:
-            node = node.inputs[0].producer
-        if node is not None and node.op_type in NORMALISERS:
-            logits[node.name] = node.inputs[0]
-    return logits
+    (through reshapes: ``corefold.ir.analysis.normalised_outputs``)."""
+    from corefold.ir.analysis import normalised_outputs
+
+    return {node.name: node.inputs[0] for node in normalised_outputs(graph).values()}
 
 
 def float_error(graph, sim, feeds, logits: dict, seen: dict) -> float:

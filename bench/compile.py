@@ -356,24 +356,14 @@ HEADER = (f"{'model':<22}{'strategy':<9}{'exes':>5}{'/min':>6}{'/chn':>6}{'calls
           f"{'DRAM KiB':>11}{'host KiB':>10}{'lat us':>10}{'/opt':>6}{'check':>9}")
 
 
-#: operators whose output hides the error of their input (as in bench/backend.py): random
-#: weights drive the light models' logits to 1e9, where a reassociation decides the softmax
-NORMALISERS = frozenset({"Softmax", "LogSoftmax"})
-
-
 def _float_error(graph, feeds: dict, tensors: dict) -> float:
     """The largest error of a float chain, relative to each tensor's largest magnitude, over
     every tensor it passed between executables and every graph output not made by a Softmax
     (through reshapes), against the reference executor on the same (split) graph. O(run)."""
     from corefold.executor import run
+    from corefold.ir.analysis import normalised_outputs
 
-    hidden = set()
-    for out in graph.outputs:
-        node = out.producer
-        while node is not None and node.op_type in ("Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"):
-            node = node.inputs[0].producer
-        if node is not None and node.op_type in NORMALISERS:
-            hidden.add(out.name)
+    hidden = set(normalised_outputs(graph))
     values = {v.name for v in graph.values()}
     names = [k for k in tensors if k in values and k not in feeds and k not in hidden]
     if not names:

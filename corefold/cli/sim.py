@@ -16,7 +16,10 @@ path is checked before the simulation starts and written atomically.
 
 ``--check MODEL`` runs the ONNX model in ONNX Runtime on the same inputs and compares:
 a float output within ``1e-5`` of its scale (``max |reference|``: split reductions add in
-another order). For a quantized (QDQ) model, every output must equal corefold's integer
+another order); an output of a Softmax or LogSoftmax that is not passes when the
+normaliser's input, as the chip computed it, is within ``1e-5`` of its scale of ONNX
+Runtime's (:func:`_check_logits`: random weights drive a deep model's logits to 1e9,
+where a softmax turns rounding into another distribution). For a quantized (QDQ) model, every output must equal corefold's integer
 execution of MODEL exactly, and every quantized tensor of MODEL, computed by that
 execution from ONNX Runtime's values of its operator's inputs, within one step of ONNX
 Runtime's (:func:`_check_quantized`; end to end, one-step differences propagate through a
@@ -82,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_build(args, target)
     exe = load_executable(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else random_inputs(exe, seed=args.seed)
-    sim = run_simulation(exe, feeds, target)
+    logits = LogitsProbe(args.check)
+    sim = run_simulation(exe, feeds, target, probe=logits.probe)
     path = critical_path(sim.timed)
     _print_summary(args.executable, sim, path)
     if args.output:
@@ -102,8 +106,32 @@ def run(args: argparse.Namespace) -> int:
         draw_link_heatmap(sim.link_bytes, args.heatmap)
         print(f"wrote {args.heatmap}")
     if args.check:
-        return check_against_ort(args.check, feeds, sim.outputs)
+        return check_against_ort(args.check, feeds, sim.outputs, logits.seen)
     return 0
+
+
+class LogitsProbe:
+    """``--check``'s probe: the input of every Softmax / LogSoftmax of the model that makes
+    a graph output, as the chip computed it (the functional run's probe), by node name;
+    nothing without ``--check`` or when the model cannot be read here (``--check``
+    reports that itself)."""
+
+    def __init__(self, model_path: str | None):
+        self.names: set[str] = set()
+        self.seen: dict[str, np.ndarray] = {}
+        if model_path:
+            from corefold.frontend.onnx import load_model
+            from corefold.ir.analysis import normalised_outputs
+
+            try:
+                self.names = {n.name for n in normalised_outputs(load_model(model_path)).values()}
+            except CorefoldError:
+                pass
+        self.probe = self._probe if self.names else None
+
+    def _probe(self, op, arrays) -> None:
+        if op.name in self.names:
+            self.seen[op.name] = arrays[0]
 
 
 def build_inputs(exes, model_inputs: list[str], seed: int) -> dict[str, np.ndarray]:
@@ -132,7 +160,8 @@ def _run_build(args: argparse.Namespace, target) -> int:
 
     exes, doc, target = load_build(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
-    chain = simulate_chain(exes, feeds, target)
+    logits = LogitsProbe(args.check)
+    chain = simulate_chain(exes, feeds, target, probe=logits.probe)
     outputs = {name: chain.tensors[name] for name in doc.get("outputs", []) if name in chain.tensors}
     r = chain.report
     print(f"simulated {args.executable}: {len(exes)} executable(s), {r.instructions} instructions")
@@ -170,7 +199,7 @@ def _run_build(args: argparse.Namespace, target) -> int:
         draw_link_heatmap(link_bytes_array(r), args.heatmap)
         print(f"wrote {args.heatmap}")
     if args.check:
-        return check_against_ort(args.check, feeds, outputs)
+        return check_against_ort(args.check, feeds, outputs, logits.seen)
     return 0
 
 
@@ -234,8 +263,12 @@ def output_steps(model_path: str) -> dict[str, float]:
     return {k: v for k, v in graph_steps(load_model(model_path)).items() if v is not None}
 
 
-def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
+def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
+                      logits: dict[str, np.ndarray] | None = None) -> int:
     """Compare ``outputs`` with ONNX Runtime's on ``model_path`` (module docstring); 0 or 1.
+    ``logits``: the simulated input of each Softmax / LogSoftmax that makes an output, by
+    node name (:class:`LogitsProbe`): where such an output is off, its input is compared
+    instead (module docstring).
 
     Raises:
         ReferenceRunError: ONNX Runtime cannot run the model on these inputs.
@@ -263,12 +296,45 @@ def check_against_ort(model_path: str, feeds: dict[str, np.ndarray], outputs: di
             scale = float(np.max(np.abs(want), initial=0.0)) or 1.0
             limit, what = FLOAT_TOLERANCE * scale, f"{FLOAT_TOLERANCE:g} x output scale {scale:.3g}"
         ok = diff <= limit
+        line = f"check {name}: max abs error {diff:.3g} vs ONNX Runtime, limit {what}: {'ok' if ok else 'MISMATCH'}"
+        if not ok and logits:
+            ok, line = _check_logits(model_path, feeds, name, logits, line)
         ok_all &= ok
-        print(f"check {name}: max abs error {diff:.3g} vs ONNX Runtime, limit {what}: {'ok' if ok else 'MISMATCH'}")
+        print(line)
     if not ok_all:
         print("check failed: outputs differ from ONNX Runtime", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_logits(model_path: str, feeds: dict[str, np.ndarray], name: str, logits: dict[str, np.ndarray],
+                  line: str) -> tuple[bool, str]:
+    """An output of a Softmax / LogSoftmax off by more than the tolerance: whether its input
+    (the logits, as the chip computed them) is within the tolerance of ONNX Runtime's, and
+    the line that says so. A softmax of logits about 1e9 (random weights in a deep model:
+    onnx's light ResNet-50) turns a reassociation's rounding, 1e-16 of the logits, into
+    another distribution; the logits are what the chip must get right."""
+    from corefold.frontend.onnx import load_model
+    from corefold.frontend.onnx.check import ort_values
+    from corefold.ir.analysis import normalised_outputs
+
+    node = normalised_outputs(load_model(model_path)).get(name)
+    if node is None or node.name not in logits:
+        return False, line
+    x = node.inputs[0].name
+    want = _reference(model_path, lambda: ort_values(model_path, feeds, [x], qdq_exact=True))[x]
+    got = logits[node.name]
+    if got.shape != want.shape:
+        return False, line
+    scale = float(np.max(np.abs(want), initial=0.0)) or 1.0
+    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
+    ok = diff <= FLOAT_TOLERANCE * scale
+    if ok:
+        line = line.removesuffix(": MISMATCH") + ": above it, but"
+    return ok, (f"{line}\n  its {node.op_type}'s input '{x}' (logits up to {scale:.3g}): max abs error {diff:.3g}, "
+                f"limit {FLOAT_TOLERANCE:g} x its scale: {'ok' if ok else 'MISMATCH'}"
+                + (f" (the {node.op_type} of logits this large turns their rounding into another distribution)"
+                   if ok else ""))
 
 
 def _check_quantized(model_path: str, feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int | None:

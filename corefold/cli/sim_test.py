@@ -200,3 +200,43 @@ def _drift(model, g, feeds, exact) -> float:
     name, step = g.outputs[0].name, float(g.outputs[0].producer.inputs[1].const)
     got = ort_session(str(model), qdq_exact=True).run([name], feeds)[0]
     return float(np.abs(got.astype(np.float64) - exact[name].astype(np.float64)).max()) / step
+
+
+def _equal_logits(path, n: int = 10, scale: float = 1e9) -> None:
+    """x (1, 4) -> MatMul by a weight of ``n`` equal columns -> Softmax: every logit equal
+    (about ``scale``), so ONNX Runtime's softmax is uniform, as onnx's light ResNet-50's is."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = np.full((4, n), scale, np.float32)
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["logits"], name="fc"),
+                          h.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1)],
+                         "equal_logits", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("probs", T.FLOAT, [1, n])], [nh.from_array(w, "w")])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 21)]), path)
+
+
+@pytest.mark.parametrize("relative, passes", [(1e-7, True), (1e-3, False)])
+def test_a_softmax_output_is_judged_by_its_logits_when_they_are_huge(tmp_path, capsys, relative, passes):
+    """Logits of 1e9 with one of them lower by ``relative`` of their scale: the softmax gives
+    that class nothing (an error of 1/n, the output's whole scale), but at 1e-7 of the
+    logits' scale the chip computed them within the tolerance, so the check passes and
+    says why; at 1e-3 it fails. Without the logits it fails either way."""
+    from corefold.cli.sim import check_against_ort
+    from corefold.frontend.onnx.check import ort_values
+
+    path = str(tmp_path / "m.onnx")
+    _equal_logits(path)
+    feeds = {"x": np.full((1, 4), 0.25, np.float32)}
+    logits = ort_values(path, feeds, ["logits"])["logits"].copy()
+    assert np.all(logits == logits[0, 0]) and logits[0, 0] > 5e8
+    logits[0, 3] -= relative * logits[0, 0]
+    e = np.exp(logits.astype(np.float64) - logits.max())
+    probs = (e / e.sum()).astype(np.float32)
+    assert abs(probs[0, 3] - 0.1) > 0.09  # far off the uniform 0.1 either way
+    assert check_against_ort(path, feeds, {"probs": probs}, {"softmax": logits}) == (0 if passes else 1)
+    text = capsys.readouterr().out
+    assert "its Softmax's input 'logits'" in text and ("ok (the Softmax of logits" in text) == passes
+    assert check_against_ort(path, feeds, {"probs": probs}) == 1

@@ -73,3 +73,24 @@ def dominator_chain(idom: dict[Node, Node | None], node: Node) -> list[Node]:
         chain.append(cur)
         cur = idom[cur]
     return chain
+
+
+#: Operators whose output hides small errors of their input: a softmax of logits about
+#: 1e9 (random weights in a deep model) turns their float rounding into another distribution.
+NORMALISERS = frozenset({"Softmax", "LogSoftmax"})
+
+#: Operators that move elements without computing: an output behind them is its producer's.
+REARRANGE = frozenset({"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"})
+
+
+def normalised_outputs(graph: Graph) -> dict[str, Node]:
+    """Graph output name -> the Softmax or LogSoftmax node that makes it (through
+    :data:`REARRANGE` nodes), for every output a normaliser makes. O(outputs x depth)."""
+    found: dict[str, Node] = {}
+    for out in graph.outputs:
+        node = out.producer
+        while node is not None and node.op_type in REARRANGE:
+            node = node.inputs[0].producer
+        if node is not None and node.op_type in NORMALISERS:
+            found[out.name] = node
+    return found

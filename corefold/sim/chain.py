@@ -45,8 +45,9 @@ class ChainSimulation:
 
 
 def simulate_chain(executables: Sequence[Executable], inputs: dict[str, np.ndarray],
-                   target: Target | str | Path | None = None) -> ChainSimulation:
-    """Run ``executables`` in order (module docstring).
+                   target: Target | str | Path | None = None, probe=None) -> ChainSimulation:
+    """Run ``executables`` in order (module docstring); ``probe(op, arrays)``, when given,
+    sees every Compute's op and input arrays of every executable (:func:`run_simulation`).
 
     Raises:
         DataError: an executable needs a tensor that neither the inputs nor an earlier
@@ -62,7 +63,7 @@ def simulate_chain(executables: Sequence[Executable], inputs: dict[str, np.ndarr
         if missing:
             raise DataError(f"executable {i} ({exe.meta.get('graph', 'unnamed')}) needs '{missing[0]}', which "
                             f"neither the inputs nor an earlier executable provide")
-        sim = run_simulation(exe, {io.name: pool[io.name] for io in exe.inputs}, target)
+        sim = run_simulation(exe, {io.name: pool[io.name] for io in exe.inputs}, target, probe=probe)
         pool.update(sim.outputs)
         runs.append(sim)
     return ChainSimulation(pool, combine([r.report for r in runs]), runs)

@@ -64,17 +64,30 @@ def ort_tensors(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray], o
     """The graph outputs and the first output of every ``op_type`` node of ``model``, by
     name, as ONNX Runtime computes them on ``feeds`` (``qdq_exact``: see :func:`ort_session`).
     O(one run)."""
-    if isinstance(model, str):
-        model = onnx.load(model)
-    elif isinstance(model, bytes):
-        model = onnx.load_from_string(model)
-    else:
-        model = onnx.ModelProto.FromString(model.SerializeToString())
+    model = _copy(model)
+    return ort_values(model, feeds, [n.output[0] for n in model.graph.node if n.op_type == op_type and n.output],
+                      qdq_exact=qdq_exact)
+
+
+def ort_values(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray], names: list[str],
+               *, qdq_exact: bool = True) -> dict[str, np.ndarray]:
+    """The graph outputs and the tensors ``names`` of ``model`` (made graph outputs of a
+    copy), by name, as ONNX Runtime computes them on ``feeds`` (``qdq_exact``: see
+    :func:`ort_session`). O(one run)."""
+    model = _copy(model)
     have = {o.name for o in model.graph.output}
-    for n in model.graph.node:
-        if n.op_type == op_type and n.output and n.output[0] not in have:
-            model.graph.output.append(onnx.ValueInfoProto(name=n.output[0]))
-            have.add(n.output[0])
+    for name in names:
+        if name not in have:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+            have.add(name)
     sess = ort_session(model, qdq_exact=qdq_exact)
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds), strict=True))
+    out = [o.name for o in sess.get_outputs()]
+    return dict(zip(out, sess.run(out, feeds), strict=True))
+
+
+def _copy(model: ModelProto | bytes | str) -> ModelProto:
+    if isinstance(model, str):
+        return onnx.load(model)
+    if isinstance(model, bytes):
+        return onnx.load_from_string(model)
+    return onnx.ModelProto.FromString(model.SerializeToString())
