@@ -316,16 +316,25 @@ def _check_logits(model_path: str, feeds: dict[str, np.ndarray], name: str, logi
     another distribution; the logits are what the chip must get right."""
     from corefold.frontend.onnx import load_model
     from corefold.frontend.onnx.check import ort_values
-    from corefold.ir.analysis import normalised_outputs
+    from corefold.ir.analysis import REARRANGE, normalised_outputs
 
     node = normalised_outputs(load_model(model_path)).get(name)
     if node is None or node.name not in logits:
         return False, line
-    x = node.inputs[0].name
-    want = _reference(model_path, lambda: ort_values(model_path, feeds, [x], qdq_exact=True))[x]
+    # the logits by their name in MODEL: back through the reshapes the importer adds itself
+    # (a Softmax of opset < 13 reads a Flatten of its input, named by the importer)
+    names, v = [], node.inputs[0]
+    while True:
+        names.append(v.name)
+        if v.producer is None or v.producer.op_type not in REARRANGE:
+            break
+        v = v.producer.inputs[0]
+    ref = _reference(model_path, lambda: ort_values(model_path, feeds, names, qdq_exact=True))
+    x = next((n for n in names if n in ref), None)
     got = logits[node.name]
-    if got.shape != want.shape:
+    if x is None or ref[x].size != got.size:
         return False, line
+    want = ref[x].reshape(got.shape)
     scale = float(np.max(np.abs(want), initial=0.0)) or 1.0
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0))
     ok = diff <= FLOAT_TOLERANCE * scale

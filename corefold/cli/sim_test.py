@@ -240,3 +240,36 @@ def test_a_softmax_output_is_judged_by_its_logits_when_they_are_huge(tmp_path, c
     text = capsys.readouterr().out
     assert "its Softmax's input 'logits'" in text and ("ok (the Softmax of logits" in text) == passes
     assert check_against_ort(path, feeds, {"probs": probs}) == 1
+
+
+def test_logits_the_importer_reshaped_are_found_by_their_name_in_the_model(tmp_path, capsys):
+    """A Softmax of opset 11 over a (1, 10, 1, 1) tensor: the importer reads it as a Flatten
+    and a Softmax, whose input has a name only corefold knows (onnx's light SqueezeNet:
+    ``--check`` then asked ONNX Runtime for that name and ended in exit 2). The logits are
+    found by the Flatten's input, the name in the model, and compared in the chip's shape."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from corefold.cli.sim import check_against_ort
+    from corefold.frontend.onnx import load_model
+    from corefold.frontend.onnx.check import ort_values
+    from corefold.ir.analysis import normalised_outputs
+
+    path = str(tmp_path / "m.onnx")
+    w = np.full((10, 4, 1, 1), 1e9, np.float32)
+    graph = h.make_graph([h.make_node("Conv", ["x", "w"], ["logits"], name="conv"),
+                          h.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1)],
+                         "old_softmax", [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 1, 1])],
+                         [h.make_tensor_value_info("probs", T.FLOAT, [1, 10, 1, 1])], [nh.from_array(w, "w")])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 11)]), path)
+    node = normalised_outputs(load_model(path))["probs"]
+    assert node.inputs[0].name != "logits"  # the importer's own tensor
+    feeds = {"x": np.full((1, 4, 1, 1), 0.25, np.float32)}
+    logits = ort_values(path, feeds, ["logits"])["logits"].reshape(node.inputs[0].shape).copy()
+    logits.flat[3] -= 1e-7 * logits.flat[0]
+    e = np.exp(logits.astype(np.float64) - logits.max())
+    probs = (e / e.sum()).astype(np.float32).reshape(1, 10, 1, 1)
+    assert check_against_ort(path, feeds, {"probs": probs}, {node.name: logits}) == 0
+    assert "its Softmax's input 'logits'" in capsys.readouterr().out

@@ -71,13 +71,15 @@ def ort_tensors(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray], o
 
 def ort_values(model: ModelProto | bytes | str, feeds: dict[str, np.ndarray], names: list[str],
                *, qdq_exact: bool = True) -> dict[str, np.ndarray]:
-    """The graph outputs and the tensors ``names`` of ``model`` (made graph outputs of a
-    copy), by name, as ONNX Runtime computes them on ``feeds`` (``qdq_exact``: see
+    """The graph outputs and the tensors ``names`` of ``model`` that some node outputs (made
+    graph outputs of a copy; others are left out: the importer names the tensors it adds
+    itself), by name, as ONNX Runtime computes them on ``feeds`` (``qdq_exact``: see
     :func:`ort_session`). O(one run)."""
     model = _copy(model)
     have = {o.name for o in model.graph.output}
+    made = {o for n in model.graph.node for o in n.output}
     for name in names:
-        if name not in have:
+        if name not in have and name in made:
             model.graph.output.append(onnx.ValueInfoProto(name=name))
             have.add(name)
     sess = ort_session(model, qdq_exact=qdq_exact)
