@@ -10,7 +10,8 @@ argument), reported in one line on stderr naming the culprit; 70 an internal err
 corefold bug: :class:`~corefold.errors.InternalError` or any unexpected exception), one
 line asking for a report, with the traceback when ``COREFOLD_DEBUG=1``; 141 the output pipe closed (``corefold ... | head``); 130 interrupted
 (Ctrl-C) and 143 terminated (SIGTERM), both after removing any partly written output (either
-signal is deferred while numba compiles or loads a kernel: :func:`_on_signal`).
+signal is deferred while numba compiles or loads a kernel: :func:`_on_signal`); after either,
+:func:`main` leaves both signals ignored, since the process is exiting.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
     thread; a SIGALRM is a deferred one of them taken again (``_pending``)."""
     global _pending
     if signum == signal.SIGALRM:
-        signum = _pending or signal.SIGTERM
+        if _pending is None:
+            return  # a retry whose signal was taken already (a second one came first)
+        signum = _pending
     # NOTE: an exception raised while numba compiles or loads a kernel leaves its C state
     # half-built, and the process then died of SIGSEGV (1 run in 25 of a SIGTERM during
     # `topology generate` on a loaded machine) with its temporary output left behind; so
@@ -67,6 +70,8 @@ def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
         signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)
         return
     _pending = None
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)  # a retry still armed would take this one again, as SIGTERM
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated()
@@ -152,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:  # not the main thread (tests on threads): no handler
         pass
     prog = f"corefold {args.command}"
+    exiting = False  # interrupted or terminated: the process ends next
     try:
         return int(args._run(args) or 0)
     except CorefoldError as exc:
@@ -161,9 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"{prog}: error: out of memory; the model or its inputs are too large for this machine")
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
+        exiting = True
         _say(f"{prog}: interrupted")
         return 130
     except Terminated:
+        exiting = True
         _say(f"{prog}: terminated")
         return 143
     except BrokenPipeError:  # the reader went away (corefold ... | head): stop quietly, as Unix tools do
@@ -175,9 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL_ERROR
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            # NOTE: after an interruption the process is exiting: one more Ctrl-C or SIGTERM
+            # (a user pressing twice) is ignored, where the previous handlers let it kill the
+            # interpreter's shutdown (Python puts SIGINT back to its default action: exit -2
+            # after "interrupted", 10 of 10 double Ctrl-C 0.1 s apart)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if exiting else previous)
             if interrupt is not None:
-                signal.signal(signal.SIGINT, interrupt)
+                signal.signal(signal.SIGINT, signal.SIG_IGN if exiting else interrupt)
             if alarm is not None:  # a deferred SIGTERM's retry, if still armed
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, alarm)
