@@ -196,16 +196,23 @@ def test_run_inputs_with_nan_is_data_not_a_crash(tmp_path, capsys):
     assert "MISMATCH" not in capsys.readouterr().out
 
 
+def _long_write(tmp_path) -> subprocess.Popen:
+    """``corefold topology generate`` of a large archive into ``tmp_path``, once its
+    temporary output exists (or after 60 s)."""
+    proc = subprocess.Popen([sys.executable, "-m", "corefold", "topology", "generate", "random", "-o",
+                             str(tmp_path / "big.zip"), "--n", "300000"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(tmp_path.iterdir()):
+        time.sleep(0.05)
+    return proc
+
+
 @pytest.mark.parametrize("signum,code,said", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
 def test_a_signal_during_a_long_write_leaves_no_partial_output(tmp_path, signum, code, said):
     """SIGTERM or Ctrl-C (SIGINT) during a long write: exit 143 or 130, one line, and
     neither the output nor a hidden temporary."""
-    out = tmp_path / "big.zip"
-    proc = subprocess.Popen([sys.executable, "-m", "corefold", "topology", "generate", "random", "-o", str(out),
-                             "--n", "300000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(tmp_path.iterdir()):
-        time.sleep(0.05)
+    proc = _long_write(tmp_path)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     if proc.returncode == 0:
@@ -296,12 +303,7 @@ def test_a_second_ctrl_c_while_exiting_is_ignored(tmp_path):
     process (exit -2, 10 of 10 runs at 0.1 s). (0.02 s apart, a first one deferred while
     numba compiled left its retry to fire after the second was taken, and 1 run in 5 ended
     as terminated, 143: ``test_a_signal_inside_numba_is_taken_again_once_out_of_it``.)"""
-    out = tmp_path / "big.zip"
-    proc = subprocess.Popen([sys.executable, "-m", "corefold", "topology", "generate", "random", "-o", str(out),
-                             "--n", "300000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline and not any(tmp_path.iterdir()):
-        time.sleep(0.05)
+    proc = _long_write(tmp_path)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.1)
     if proc.poll() is None:
