@@ -75,7 +75,11 @@ def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: di
     next spill frees room exactly there. The cap is taken from the
     live bytes, not from ``avail``: when the buffers are fragmented, the live bytes are
     already under ``avail`` and a cap below ``avail`` alone would spill nothing, giving the
-    same layout again. False when nothing overflows. O(B + events)."""
+    same layout again. An event is never capped below the bytes of the buffers it accesses
+    itself, which no spill can move out of it: a receive into a 448 KiB buffer, the only one
+    live there, was capped to 382 KiB, and the core was refused ("weights and the buffers
+    one step needs", onnx's light DenseNet-121, 693 KiB for 1 MiB) where other buffers
+    within that buffer's lifetime could go. False when nothing overflows. O(B + events)."""
     life = lifetimes(plan, cp)
     load = pressure(plan, life, len(cp.events))
     changed = False
@@ -85,10 +89,15 @@ def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: di
         if excess > 0:
             for i in range(lo, hi + 1):
                 ev = cp.events[i]
-                cap = min(avail, int(load[i])) - excess - ALIGNMENT
+                own = sum(aligned(plan.buffers[a].nbytes) for a in set(_accessed(ev)) if a in life)
+                cap = max(min(avail, int(load[i])) - excess - ALIGNMENT, own)
                 limits[ev] = min(limits.get(ev, avail), cap)
                 changed = True
     return changed
+
+
+def _accessed(ev) -> list[int]:
+    return [v[0] for v in ev.reads if v is not None] + [v[0] for v in ev.writes]
 
 
 def _best_fit_in_time(life: dict[int, tuple[int, int]], size: dict[int, int],

@@ -106,3 +106,29 @@ def test_receives_post_without_waiting_for_reused_bytes_and_the_run_is_faster(mo
                 assert float(np.abs(got[k] - v).max()) <= 1e-5 * float(np.abs(v).max())
     assert waiting[False] > 0.5 and waiting[True] < 0.1
     assert latency[True] < 0.9 * latency[False]
+
+
+def test_an_overflow_never_caps_an_event_below_the_buffers_it_accesses():
+    """A 6-unit buffer received alone (event 0), laid out above a 4-unit one that lives at
+    event 1 only, ends 2 units over the 8-unit SRAM. The next spill is asked for room at
+    every event of the big buffer's lifetime, but never below what an event accesses itself:
+    at event 0, the receive into the big buffer alone, the cap stays at its 6 units (it was
+    set to 4 minus the alignment, which no spill can reach: onnx's light DenseNet-121 was
+    refused a range that fits); at event 1 the small buffer must make room."""
+    from corefold.backend.plan import CorePlan, Event, Plan, PBuffer
+
+    unit = ALIGNMENT
+    big = PBuffer(0, (0, 0), (6 * unit,), np.dtype(np.uint8), "activation", "big")
+    small = PBuffer(1, (0, 0), (4 * unit,), np.dtype(np.uint8), "activation", "small")
+    view = lambda b: (b.id, b.shape, (0,), b.shape)  # noqa: E731 - the whole buffer
+    events = [Event(("recv",), "recv", writes=[view(big)]),
+              Event(("compute",), "compute", writes=[view(small)]),
+              Event(("send",), "send", reads=[view(big)])]
+    cp = CorePlan((0, 0), events, [0, 1])
+    plan = Plan({(0, 0): cp}, [big, small], {}, 0)
+    small.offset, big.offset = 0, 4 * unit
+    limits: dict = {}
+    assert alloc.overflow_limits(plan, cp, 8 * unit, 8 * unit, limits)
+    assert limits[events[0]] == 6 * unit and limits[events[2]] == 6 * unit
+    # at event 1 the live bytes (capped at the SRAM) less the excess and an alignment
+    assert limits[events[1]] == 8 * unit - 2 * unit - unit
