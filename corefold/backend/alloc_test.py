@@ -115,7 +115,7 @@ def test_an_overflow_never_caps_an_event_below_the_buffers_it_accesses():
     at event 0, the receive into the big buffer alone, the cap stays at its 6 units (it was
     set to 4 minus the alignment, which no spill can reach: onnx's light DenseNet-121 was
     refused a range that fits); at event 1 the small buffer must make room."""
-    from corefold.backend.plan import CorePlan, Event, Plan, PBuffer
+    from corefold.backend.plan import CorePlan, Event, PBuffer, Plan
 
     unit = ALIGNMENT
     big = PBuffer(0, (0, 0), (6 * unit,), np.dtype(np.uint8), "activation", "big")
