@@ -26,7 +26,8 @@ def test_polish_lowers_each_subgraph_again_with_the_search_and_keeps_a_candidate
     """Two subgraphs compiled as M1 compiles its candidates (list orders, no search): the
     polish lowers both again with the order search (its latencies reported, the outputs
     the executor's within 1e-5 of the output scale), counts them, and tells ``progress``
-    of each; when the searched lowering runs out of a resource, the candidate stays."""
+    of each; given a latency, the searched executable replaces only a slower candidate;
+    when the searched lowering runs out of a resource, the candidate stays."""
     import importlib
 
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
@@ -42,6 +43,17 @@ def test_polish_lowers_each_subgraph_again_with_the_search_and_keeps_a_candidate
         assert exe is not None and "list_latency_s" in exe.meta["order"]
         feeds = random_inputs(g, 0)
         assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+
+    # given the simulator's latency, a searched lowering replaces a candidate only when it
+    # runs faster: here the candidates are declared the faster ones, then the slower ones
+    listed = set(map(id, candidates))
+    for candidates_faster, expect in ((True, 0), (False, 2)):
+        def latency(exe, candidates_faster=candidates_faster):
+            return 1.0 if (id(exe) in listed) == candidates_faster else 2.0
+
+        out, replaced = polish(candidates, subs, t, 0.1, latency=latency)
+        assert replaced == expect
+        assert all((a is b) == (expect == 0) for a, b in zip(out, candidates, strict=True))
 
     def out_of_sram(*args, **kwargs):
         raise CompileError("SRAM", "core (0,0)", 2, 1, "made to fail")
