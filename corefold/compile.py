@@ -52,9 +52,10 @@ class CompileSettings:
         polish: M1 compiles its candidates with the list-scheduling order on each core
             (``backend.lower.SEARCH``: whether a subgraph fits hardly depends on it, the
             latency does, by about 3%), then lowers the executables it keeps again with
-            the M3 order search (``polish_seconds`` each). On ResNet-18 that search
-            was 4/5 of the compile time when every candidate paid it. False keeps the
-            candidates' executables. Ignored with a user's compiler.
+            the M3 order search (``polish_seconds`` each), keeping the one that simulates
+            faster. On ResNet-18 that search was 4/5 of the compile time when every
+            candidate paid it. False keeps the candidates' executables. Ignored with a
+            user's compiler.
         polish_seconds: the M3 order-search budget of each kept executable's lowering
             (``backend.lower``'s own default is 1 s for one executable; a chain has many).
             On ResNet-18, 0.25 s keeps 80% of the 1 s latency gain at half the time.
