@@ -93,7 +93,7 @@ def test_the_cuts_keep_the_count_every_range_fits_and_the_chain_is_never_slower(
 def test_a_position_that_does_not_compile_is_never_chosen():
     """The fast check admits ranges of up to 12 operators, the compiler only up to 11: a
     position whose range does not compile costs infinity and the cut stays where both
-    ranges compiled."""
+    ranges compiled; the other range of that position is not compiled."""
     class Optimistic(_Ranges):
         def compile(self, p: Piece) -> Outcome:
             self.compiled.append(p)
@@ -104,6 +104,9 @@ def test_a_position_that_does_not_compile_is_never_chosen():
     svc = Optimistic(12)
     out, _ = balance_cuts([Piece(0, 11), Piece(11, 22)], svc, lambda p: float(p.end - p.start), trials=20)
     assert all(p.end - p.start <= 11 for p in out) and len(out) == 2
+    # in one process, a first range that did not compile spares its second range's compile
+    failed = [p for p in svc.compiled if p.start == 0 and p.end - p.start > 11]
+    assert failed and not any(Piece(p.end, 22) in svc.compiled for p in failed)
 
 
 def test_the_golden_search_evaluates_at_most_its_budget_and_returns_the_best_it_saw():
