@@ -14,8 +14,11 @@ operator 142). Keeping the count, the cuts ``c_1 < ... < c_{k-1}`` of ``[c_0, c_
 gives: M1 itself never imports the simulator). Coordinate descent: each cut in turn, from
 the last to the first (``sweeps`` 2: and back), moves within its *window*, the positions
 ``x`` between its neighbours ``a < x < b`` for which both ``[a, x)`` and ``[x, b)`` pass
-the fast check (both bounds by binary search, feasibility being monotone), among the clean
-ends (:func:`~corefold.passes.serial.cuts.clean_ends`) when the window holds any. Inside the
+the fast check (both bounds by binary search, feasibility taken as monotone), among the
+clean ends (:func:`~corefold.passes.serial.cuts.clean_ends`) when the window holds any, and
+short of the nearest range on either side that the service already failed to compile
+(where the greedy's search found its range stop compiling: the fast check admits more, and
+is not monotone everywhere). Inside the
 window a golden-section search over the candidates, from the current cut, evaluates at
 most ``trials`` positions, each two compiles and two timed runs (cached by range; in one
 process the second range is not compiled when the first does not compile), and the
@@ -118,7 +121,9 @@ def _parallel(svc: CompileService) -> bool:
 def _window(a: int, c: int, b: int, svc: CompileService, ends: Sequence[int] | None) -> list[int]:
     """The positions ``x`` in ``(a, b)`` where both ``[a, x)`` and ``[x, b)`` pass the fast
     check, the clean ones when any (``c`` itself always, both its ranges compiled),
-    ascending. O(log n) checks: ``[x, b)`` fits from some ``x`` on, ``[a, x)`` up to some."""
+    ascending, and none beyond the nearest position on either side whose range the service
+    already failed to compile. O(log n) checks (``[x, b)`` fits from some ``x`` on, ``[a,
+    x)`` up to some) and O(n) cache lookups."""
     cand = list(range(a + 1, b)) if ends is None else list(ends[bisect_right(ends, a):bisect_left(ends, b)])
     if c not in cand:
         cand = sorted({*cand, c})
@@ -140,7 +145,19 @@ def _window(a: int, c: int, b: int, svc: CompileService, ends: Sequence[int] | N
             lo = mid
         else:
             hi = mid - 1
-    return cand[first:lo + 1]
+    window = cand[first:lo + 1]
+    # the fast check is not monotone everywhere (a range that starts inside a DenseNet
+    # block receives the block's every feature map): a range the service already failed to
+    # compile (the greedy's own search, an earlier sweep) bounds the window on its side
+    cache = getattr(svc, "cache", None) or {}
+
+    def failed(p: Piece) -> bool:
+        out = cache.get(p)
+        return out is not None and not out.ok
+
+    above = min((x for x in window if x > c and failed(Piece(a, x))), default=b)
+    below = max((x for x in window if x < c and failed(Piece(x, b))), default=a)
+    return [x for x in window if below < x < above]
 
 
 def _golden(xs: list[int], start: int, f: Callable[[int], float], budget: int) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corefold.errors import CompileError
-from corefold.passes.serial.balance import _golden, balance_cuts
+from corefold.passes.serial.balance import _golden, _window, balance_cuts
 from corefold.passes.serial.chain import Piece
 from corefold.passes.serial.compilers import Outcome
 from corefold.passes.serial.fusion import minimum_cover
@@ -107,6 +107,22 @@ def test_a_position_that_does_not_compile_is_never_chosen():
     # in one process, a first range that did not compile spares its second range's compile
     failed = [p for p in svc.compiled if p.start == 0 and p.end - p.start > 11]
     assert failed and not any(Piece(p.end, 22) in svc.compiled for p in failed)
+
+
+def test_a_range_that_already_failed_to_compile_bounds_the_window():
+    """The fast check admits ranges of up to 12 operators: the cut at 11 of [0, 22) may move
+    to 10, 11 or 12. A cached failed compile of [0, 12) (the greedy's search) leaves 12 out;
+    one of [10, 22) leaves 10 out; neither moves the cut itself, both of whose ranges
+    compiled."""
+    svc = _Ranges(12)
+    svc.cache = {}
+    assert _window(0, 11, 22, svc, None) == [10, 11, 12]
+    svc.cache[Piece(0, 12)] = Outcome(Piece(0, 12), None, CompileError("SRAM", "test", 13, 12))
+    assert _window(0, 11, 22, svc, None) == [10, 11]
+    svc.cache[Piece(10, 22)] = Outcome(Piece(10, 22), None, CompileError("SRAM", "test", 13, 12))
+    assert _window(0, 11, 22, svc, None) == [11]
+    svc.cache[Piece(0, 11)] = Outcome(Piece(0, 11), Piece(0, 11))  # a success bounds nothing
+    assert _window(0, 11, 22, svc, None) == [11]
 
 
 def test_the_golden_search_evaluates_at_most_its_budget_and_returns_the_best_it_saw():
