@@ -170,3 +170,24 @@ def test_a_quantized_build_passes_integers_between_its_parts_and_they_run_in_onn
     got = simulate_chain(build.executables, feeds, t).tensors
     for k, v in IntegerRunner(build.graph).run(feeds).items():
         np.testing.assert_array_equal(got[k], v)
+
+
+def test_the_polish_reuses_the_latencies_m1_measured():
+    """An executable whose latency M1's balancing cached on its compile outcome is not
+    simulated again; any other is, once per call; a failed outcome is skipped."""
+    from corefold.compile import _measured
+    from corefold.passes.serial.chain import Piece
+    from corefold.passes.serial.compilers import Outcome
+
+    timed, other = object(), object()
+    memo = {Piece(0, 3): Outcome(Piece(0, 3), timed, latency_s=2.5e-6),
+            Piece(3, 9): Outcome(Piece(3, 9), None, CompileError("SRAM", "core (0,0)", 2, 1))}
+    calls = []
+
+    def simulate(exe):
+        calls.append(exe)
+        return 7.0e-6
+
+    latency = _measured(memo, simulate)
+    assert latency(timed) == 2.5e-6 and calls == []
+    assert latency(other) == 7.0e-6 and calls == [other]
