@@ -1,4 +1,5 @@
-"""``polish``: each kept executable lowered again with the M3 order search."""
+"""``polish``: each kept executable lowered again with the M3 order search (and without
+parallel pieces), the fastest kept."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def test_polish_lowers_each_subgraph_again_with_the_search_and_keeps_a_candidate
     """Two subgraphs compiled as M1 compiles its candidates (list orders, no search): the
     polish lowers both again with the order search (its latencies reported, the outputs
     the executor's within 1e-5 of the output scale), counts them, and tells ``progress``
-    of each; given a latency, the searched executable replaces only a slower candidate;
-    when the searched lowering runs out of a resource, the candidate stays."""
+    of each; given a latency, the searched executable replaces only a slower candidate,
+    and a lowering without parallel pieces replaces both when it is faster still; when
+    the searched lowering runs out of a resource, the candidate stays."""
     import importlib
 
     lower_mod = importlib.import_module("corefold.backend.lower")  # the package's ``lower`` is the function
@@ -54,6 +56,18 @@ def test_polish_lowers_each_subgraph_again_with_the_search_and_keeps_a_candidate
         out, replaced = polish(candidates, subs, t, 0.1, latency=latency)
         assert replaced == expect
         assert all((a is b) == (expect == 0) for a, b in zip(out, candidates, strict=True))
+
+    # a lowering without parallel pieces, when the simulator finds it the fastest, is kept
+    assert all(c.meta["order"]["pieces_per_core"] > 0 for c in candidates)
+
+    def no_pieces_fastest(exe):
+        return 0.5 if exe.meta["order"]["pieces_per_core"] == 0 else (1.0 if id(exe) in listed else 2.0)
+
+    out, replaced = polish(candidates, subs, t, 0.1, latency=no_pieces_fastest)
+    assert replaced == 2 and all(e.meta["order"]["pieces_per_core"] == 0 for e in out)
+    for exe, g in zip(out, subs, strict=True):
+        feeds = random_inputs(g, 1)
+        assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
 
     def out_of_sram(*args, **kwargs):
         raise CompileError("SRAM", "core (0,0)", 2, 1, "made to fail")

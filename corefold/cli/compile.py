@@ -141,7 +141,7 @@ def _print_summary(build, folder, seconds: float) -> None:
     if res.balance is not None and len(res.pieces) > 1:
         print(f"  {balance_line(res.balance.to_json())}")
     if build.polished:
-        print(f"  {build.polished} of {len(res.pieces)} executable(s) lowered again with the M3 order search")
+        print(f"  {build.polished} of {len(res.pieces)} executable(s) replaced by a faster lowering (M3 order search; no parallel pieces)")
     if build.table:
         print("  strategy  executables  compile calls  latency (list-scheduling orders)")
         for name, r in build.table.items():
