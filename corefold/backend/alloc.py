@@ -16,7 +16,7 @@ import numpy as np
 
 from corefold.backend.executable import ALIGNMENT
 from corefold.backend.plan import CorePlan, Plan
-from corefold.backend.spill import aligned, lifetimes, pressure
+from corefold.backend.spill import accesses, aligned, lifetimes, pressure
 
 #: Random orders the allocator tries when the deterministic ones overflow.
 RANDOM_ORDERS = 40
@@ -89,15 +89,11 @@ def overflow_limits(plan: Plan, cp: CorePlan, limit: int, avail: int, limits: di
         if excess > 0:
             for i in range(lo, hi + 1):
                 ev = cp.events[i]
-                own = sum(aligned(plan.buffers[a].nbytes) for a in set(_accessed(ev)) if a in life)
+                own = sum(aligned(plan.buffers[a].nbytes) for a in set(accesses(ev)) if a in life)
                 cap = max(min(avail, int(load[i])) - excess - ALIGNMENT, own)
                 limits[ev] = min(limits.get(ev, avail), cap)
                 changed = True
     return changed
-
-
-def _accessed(ev) -> list[int]:
-    return [v[0] for v in ev.reads if v is not None] + [v[0] for v in ev.writes]
 
 
 def _best_fit_in_time(life: dict[int, tuple[int, int]], size: dict[int, int],

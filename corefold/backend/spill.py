@@ -18,7 +18,8 @@ from corefold.backend.plan import CorePlan, Event, PBuffer, Plan
 from corefold.errors import CompileError
 
 
-def _accesses(ev: Event) -> list[int]:
+def accesses(ev: Event) -> list[int]:
+    """The buffers ``ev`` reads and writes (with repeats). O(operands)."""
     return [v[0] for v in ev.reads if v is not None] + [v[0] for v in ev.writes]
 
 
@@ -26,7 +27,7 @@ def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
     """Activation buffer -> (first, last) event index on its core."""
     life: dict[int, tuple[int, int]] = {}
     for i, ev in enumerate(cp.events):
-        for b in _accesses(ev):
+        for b in accesses(ev):
             if plan.buffers[b].kind != "activation":
                 continue
             lo, _ = life.get(b, (i, i))
@@ -89,7 +90,7 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
                                    int(cap[peak_at]) + weights, "weights and the buffers a step needs at once")
         uses: dict[int, list[int]] = {}
         for i, ev in enumerate(cp.events):
-            for b in _accesses(ev):
+            for b in accesses(ev):
                 uses.setdefault(b, []).append(i)
         best = None
         at = cp.events[peak_at]
