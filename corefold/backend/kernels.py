@@ -26,7 +26,7 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     if op.quant is None:
         from corefold import ops
 
-        fn = ops.get(op.op_type, where=f"op '{op.name}'").kernel
+        fn = ops.get(op.op_type, where=f"op '{op.name}'").blocking_free_kernel
         if not callable(fn):
             raise UnsupportedOpError(f"op '{op.name}': no kernel for operator {op.op_type}")
         out = [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]

@@ -406,6 +406,51 @@ def test_a_float_gemm_reading_a_dequantized_weight_is_cut_like_a_float_one():
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
 
 
+def _float_matmul_into_quantize(seed: int = 4) -> Graph:
+    """A quantized model's float product, as BERT's intermediate dense layer: x @ w in float
+    (no DequantizeLinear on x, so no integer pattern) feeding a QuantizeLinear; both the
+    float product and the dequantized result are outputs."""
+    rng = np.random.default_rng(seed)
+    g = Graph("float_mm_q")
+    x = g.add_input("x", (64, 256), "float32")
+
+    def node(op, ins, shape, dtype, name):
+        n = g.make_node(op, ins, {}, name=name)
+        n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype(dtype)
+        return n.outputs[0]
+
+    w = g.add_constant("w", (0.004 * rng.standard_normal((256, 512))).astype(np.float32))  # |x @ w| ~ 0.06
+    y = node("MatMul", [x, w], (64, 512), "float32", "mm")
+    s, z = g.add_constant("s", np.float32(0.001)), g.add_constant("z", np.int8(0))
+    q = node("QuantizeLinear", [y, s, z], (64, 512), "int8", "q")
+    g.outputs = [y, node("DequantizeLinear", [q, s, z], (64, 512), "float32", "dq")]
+    return g
+
+
+def test_a_float_product_feeding_a_quantizelinear_simulates_bit_for_bit_in_pieces():
+    """The int8 BERT was 1-3 quantization steps off the integer runner on the chip: a float
+    MatMul cut into pieces rounded as the host's BLAS blocked each piece (single rows take
+    its matrix-vector path), and a QuantizeLinear turned an ulp into a step. The simulator
+    and the integer runner both run the operator table's blocking-free kernel (float32
+    products accumulated in float64), so the pieces' float product equals the whole one
+    bit for bit, and so does every quantized value."""
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.sim.simulate import run_simulation
+
+    g = _float_matmul_into_quantize()
+    target = small_target(sram_kib=96, reserved_kib=4)  # the weight alone is 512 KiB: cut
+    exe = lower(g, target)
+    check_executable(exe, target)
+    assert sum(o.op_type == "MatMul" for o in exe.ops) > 1
+    feeds = random_inputs(g, 2)
+    want = IntegerRunner(g).run(feeds)
+    got = run_simulation(exe, feeds, target).outputs
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    float_product = g.outputs[0].name  # the float executor's float32 BLAS call: within its rounding
+    assert max_relative_error({float_product: run(g, feeds)[float_product]}, got) <= 1e-6
+
+
 @pytest.mark.parametrize("interleave", [True, False])
 def test_dram_regions_striped_or_on_one_channel_compute_the_same(interleave):
     """``dram_interleave`` stripes every region over the chip's four channels (empty routes),

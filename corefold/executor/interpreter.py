@@ -32,10 +32,17 @@ from corefold.ir.liveness import liveness
 class Interpreter:
     """Runs ``graph``; ``outputs`` names the values to return (default: graph outputs).
 
+    A subclass that sets ``blocking_free`` runs each operator's
+    :attr:`~corefold.ops.OpDef.blocking_free_kernel` (float32 products accumulated in
+    float64): the integer runner does, to round a quantized model's float products as the
+    chip simulator does.
+
     Raises:
         UnsupportedOpError: a node's operator has no kernel in the table.
         DataError: a requested output names no value.
     """
+
+    blocking_free = False
 
     def __init__(self, graph: Graph, outputs: Iterable[str] | None = None):
         self.graph = graph
@@ -58,7 +65,7 @@ class Interpreter:
             entry = ops.get(n.op_type, n.domain, where=f"node '{n.name}'")
             if not callable(entry.kernel):
                 raise UnsupportedOpError(f"node '{n.name}': operator {n.op_type} has no kernel")
-            self.kernels.append(entry.kernel)
+            self.kernels.append(entry.blocking_free_kernel if self.blocking_free else entry.kernel)
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_value(self, value: Value, array: np.ndarray) -> np.ndarray:

@@ -239,12 +239,24 @@ class OpDef:
     param_inputs: Any = MISSING
     foldable: bool = True
     refuse: str | None = None
+    #: the kernel with float32 accumulated in float64 and rounded once, for an operator whose
+    #: float32 result depends on how BLAS blocks the work (it picks blockings per shape and
+    #: CPU, so a product cut into pieces need not equal the whole); None where it does not
+    wide_kernel: Any = None
 
     FACETS = ("normalise", "infer", "kernel", "cost", "split", "quant", "param_inputs")
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.domain, self.op_type)
+
+    @property
+    def blocking_free_kernel(self) -> Kernel:
+        """The kernel whose result does not depend on how the work is cut: ``wide_kernel``
+        where the operator has one, else ``kernel``. The chip simulator and the integer
+        runner run it, so that a quantized model's float products round the same whole
+        (the reference) as in pieces (the chip)."""
+        return self.wide_kernel if self.wide_kernel is not None else self.kernel
 
     def missing_facets(self) -> list[str]:
         return [f for f in self.FACETS if getattr(self, f) is MISSING]

@@ -13,7 +13,9 @@ step (the executable's rule: an instruction reads its sources when it starts and
 else touches its bytes until it completes):
 
 * Compute: the op's kernel on the input arrays, outputs written into the output views;
-  ONNX ops run the reference executor's kernel (the operator table, ``corefold.ops``), integer ops
+  ONNX ops run the operator table's blocking-free kernel (``corefold.ops``; float32
+  products accumulated in float64, so that an op's pieces round as the whole op would: the
+  chip's result does not depend on how the host's BLAS blocks each piece), integer ops
   (``Op.quant``) ``corefold.backend.kernels.run_op``;
 * DmaLoad, DmaStore, DmaCopy, Copy, Send: the source box copied into the destination box;
 * Recv, Signal, Wait: nothing (the Send moved the data).
@@ -56,8 +58,8 @@ def _array(memory: np.ndarray, holder: Buffer | DramRegion, view: View) -> np.nd
 
 
 def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
-    """``run(op, arrays) -> outputs``: the operator table's kernel of an ONNX op (the one
-    the reference executor runs), or the backend's kernel of a quantized one or of one with
+    """``run(op, arrays) -> outputs``: the operator table's blocking-free kernel of an ONNX
+    op, or the backend's kernel of a quantized one or of one with
     a fused activation."""
     kernels: dict[str, Callable] = {}
 
@@ -71,7 +73,7 @@ def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
             entry = ops.lookup(op.op_type)
             if entry is None or not callable(entry.kernel):
                 raise KernelError(f"op '{op.name}': no kernel for {op.op_type}")
-            fn = kernels[op.op_type] = entry.kernel
+            fn = kernels[op.op_type] = entry.blocking_free_kernel
         return list(fn(op.attrs, arrays))
 
     return run

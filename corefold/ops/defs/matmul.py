@@ -1,5 +1,11 @@
 """Gemm and MatMul on NumPy's BLAS-backed matmul. O(M * N * K) multiply-adds.
 
+Each has a ``wide_kernel`` (:func:`widened`): float32 operands multiplied and summed in
+float64 and rounded to float32 once, so that a product cut into row or column pieces
+equals the whole bit for bit, whatever blocking BLAS picks for each shape on this CPU;
+the chip simulator and the integer runner use it (about 2x the time of the float32 BLAS
+call, so the float executor does not).
+
 An operand that is one value broadcast (the importer's single-value constants) makes every
 output row (or column) the same: that product is computed as a row sum times the value,
 O((M + N) * K), instead of packing a dense copy of the fill for BLAS (see
@@ -12,8 +18,8 @@ import numpy as np
 
 from corefold.errors import UnsupportedOpError
 from corefold.ops.facets import matrix, prod
-from corefold.ops.registry import op
-from corefold.ops.schema import AS_IS, COMPUTE, Quant, SplitAxis
+from corefold.ops.registry import define, op
+from corefold.ops.schema import AS_IS, COMPUTE, Kernel, OpDef, Quant, SplitAxis
 from corefold.ops.spatial import is_fill, packed
 
 
@@ -143,7 +149,23 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(packed(a), packed(b))
 
 
-@op("Gemm", **GEMM)
+def widened(kernel: Kernel) -> Kernel:
+    """``kernel`` on float32 operands promoted to float64, its float64 outputs rounded to
+    float32 once. A product of two float32 values is exact in float64, and summing K of
+    them in any order differs by about K * 2**-53 relative, so the float32 result does not
+    depend on the blocking (but in the rare tie within that distance of a rounding
+    boundary). O(kernel + operand sizes) extra."""
+
+    def wide(attrs, inputs):
+        if not any(x is not None and x.dtype == np.float32 for x in inputs):
+            return kernel(attrs, inputs)
+        xs = [x.astype(np.float64) if x is not None and x.dtype == np.float32 else x for x in inputs]
+        return [y.astype(np.float32) if y.dtype == np.float64 else y for y in kernel(attrs, xs)]
+
+    wide.__name__ = wide.__qualname__ = f"{kernel.__name__}_wide"
+    return wide
+
+
 def gemm(attrs, inputs):
     """``alpha * A' @ B' + beta * C`` with ``A'``/``B'`` optionally transposed, C broadcast."""
     a, b = inputs[0], inputs[1]
@@ -164,12 +186,15 @@ def gemm(attrs, inputs):
     return [y]
 
 
-@op("MatMul", **MATMUL)
 def matmul(attrs, inputs):
     """NumPy ``matmul`` semantics, which are ONNX's (batched, broadcast, 1-D promotion)."""
     a, b = inputs[0], inputs[1]
     y = _product(a, b) if a.ndim >= 2 and b.ndim >= 2 else np.matmul(packed(a), packed(b))
     return [y.astype(a.dtype, copy=False)]  # ml_dtypes' bfloat16 matmul gives float32
+
+
+define(OpDef("Gemm", kernel=gemm, wide_kernel=widened(gemm), **GEMM))
+define(OpDef("MatMul", kernel=matmul, wide_kernel=widened(matmul), **MATMUL))
 
 
 # -- Einsum ---------------------------------------------------------------------------------------------

@@ -258,8 +258,12 @@ class IntegerRunner(Interpreter):
     the one interpreter, computing the planned QuantizeLinear nodes from integers and
     skipping the float nodes only they read.
 
-    ``integer_nodes`` lists the Q nodes computed in integers after construction.
+    ``integer_nodes`` lists the Q nodes computed in integers after construction. The float
+    nodes run their blocking-free kernels (``Interpreter.blocking_free``): a float product
+    feeding a QuantizeLinear then rounds the same here as cut into pieces on the chip.
     """
+
+    blocking_free = True
 
     def __init__(self, graph: Graph):
         super().__init__(graph)
