@@ -76,10 +76,19 @@ class Value:
 
     @property
     def size(self) -> int:
-        """Number of elements. Raises ValueError if the shape is not static."""
-        if not self.has_static_shape:
-            raise ValueError(f"value '{self.name}' has no static shape: {self.shape}")
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of elements. Raises ValueError if the shape is not static. O(rank), in
+        plain Python: the backend asks millions of times per compile, and ``np.prod`` of a
+        short tuple costs ten times this loop."""
+        shape = self.shape
+        if shape is not None:
+            n = 1
+            for d in shape:
+                if not isinstance(d, int):
+                    break
+                n *= d
+            else:
+                return n
+        raise ValueError(f"value '{self.name}' has no static shape: {self.shape}")
 
     @property
     def nbytes(self) -> int:
