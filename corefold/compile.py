@@ -105,7 +105,7 @@ def lower_for(target: Target, settings=None):
 
 
 def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
-           budget_seconds: float = 0.25, progress=None, latency=None) -> tuple[list[Any], int]:
+           budget_seconds: float = 0.25, progress=None, latency=None, workers: int = 1) -> tuple[list[Any], int]:
     """Lower each kept subgraph again with the M3 order search on every core.
 
     An order changes the buffers' lifetimes, so a subgraph that compiled with the
@@ -119,34 +119,66 @@ def polish(executables: list[Any], subgraphs: list[Graph], target: Target,
     pieces that compile is not always the fastest (the DenseNet's second executable, 1743.5
     us with 2 pieces per core, 1260.9 us with none: the replicated weights leave its cores
     little SRAM). Returns the executables and how many were replaced; ``progress``
-    (``tqdm``-like: ``update(n)``) is told of each subgraph done. O(executables)
-    lowerings, two each with ``latency`` and a timed run of each lowering.
+    (``tqdm``-like: ``update(n)``) is told of each subgraph done.
+
+    ``workers`` (with ``latency``): 1 lowers in this process; N > 1 on a pool of N
+    processes, 0 one per CPU, each subgraph's lowerings in one worker and timed there by
+    the simulator (:func:`latency_for`), the candidates here by ``latency``; the result is
+    the same (lowering and timing are deterministic). O(executables) lowerings, two each
+    with ``latency`` and a timed run of each lowering.
     """
-    from corefold.backend.lower import LowerSettings, lower
+    from corefold.backend.lower import LowerSettings
 
     settings = LowerSettings(order_budget_seconds=budget_seconds)
     tries = [settings]
     if latency is not None:
         tries.append(dataclasses.replace(settings, pieces_per_core=0.0, trial_pieces=()))
+    jobs = [(sub, tuple(tries if _has_pieces(exe) else tries[:1])) for exe, sub in zip(executables, subgraphs,
+                                                                                           strict=True)]
+    n = workers or len(os.sched_getaffinity(0))
+    if latency is None or n <= 1 or len(jobs) <= 1:
+        found = (_fastest_lowering(sub, target, ts, latency) for sub, ts in jobs)
+        return _keep_faster(executables, found, latency, progress)  # lazily: one lowering at a time
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(n, len(jobs))) as pool:
+        timed = latency_for(target)
+        futures = [pool.submit(_fastest_lowering, sub, target, ts, timed) for sub, ts in jobs]
+        return _keep_faster(executables, (f.result() for f in futures), latency, progress)
+
+
+def _has_pieces(exe) -> bool:
+    return exe.meta.get("order", {}).get("pieces_per_core", 0) > 0
+
+
+def _fastest_lowering(sub: Graph, target: Target, tries, latency=None) -> tuple[Any, float | None]:
+    """The fastest of ``sub``'s lowerings under ``tries`` that compile, by ``latency``
+    (without it: the first that compiles, untimed), with its seconds; (None, None) if
+    none compiles. O(len(tries)) lowerings and timed runs."""
+    from corefold.backend.lower import lower
+
+    best, best_s = None, None
+    for lowering in tries:
+        try:
+            other = lower(sub, target, lowering)
+        except CompileError:
+            continue
+        if latency is None:
+            return other, None
+        seconds = latency(other)
+        if best is None or seconds < best_s:
+            best, best_s = other, seconds
+    return best, best_s
+
+
+def _keep_faster(executables, found, latency, progress) -> tuple[list[Any], int]:
+    """Each candidate, or its polished lowering where that compiled and (given
+    ``latency``) runs faster. O(executables) timed runs of candidates not timed before."""
     out, replaced = [], 0
-    for exe, sub in zip(executables, subgraphs, strict=True):
-        timed: dict[int, tuple[Any, float]] = {}  # id -> (executable, seconds): one run each
-
-        def seconds(e: Any, timed: dict = timed) -> float:
-            if id(e) not in timed:
-                timed[id(e)] = (e, latency(e))
-            return timed[id(e)][1]
-
+    for exe, (other, seconds) in zip(executables, found, strict=True):
         best = exe
-        for k, lowering in enumerate(tries):
-            if k and not exe.meta.get("order", {}).get("pieces_per_core", 0) > 0:
-                break  # the candidate has no parallel pieces to drop
-            try:
-                other = lower(sub, target, lowering)
-            except CompileError:
-                continue
-            if latency is None or seconds(other) < seconds(best):
-                best = other
+        if other is not None and (latency is None or seconds < latency(exe)):
+            best = other
         replaced += best is not exe
         out.append(best)
         if progress is not None:
@@ -341,7 +373,8 @@ def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend,
             with tqdm(total=len(executables), desc="polish", unit=" executable", leave=False,
                       disable=bar is None) as shown:
                 executables, build.polished = polish(executables, subgraphs, target, settings.polish_seconds,
-                                                     shown, latency=_measured(memo, ctx.data["latency"]))
+                                                     shown, latency=_measured(memo, ctx.data["latency"]),
+                                                     workers=1 if serial.ray else serial.workers)
         build.executables = link(executables, graph)
     if settings.strategies_table:
         build.table = compare_strategies(graph, ctx.compile, serial, fits_fn=ctx.data.get("fits"), memo=memo,

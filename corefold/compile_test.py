@@ -3,6 +3,8 @@ parallel pieces), the fastest kept."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from corefold.backend import lower, run_executable
@@ -184,6 +186,30 @@ def test_a_quantized_build_passes_integers_between_its_parts_and_they_run_in_onn
     got = simulate_chain(build.executables, feeds, t).tensors
     for k, v in IntegerRunner(build.graph).run(feeds).items():
         np.testing.assert_array_equal(got[k], v)
+
+
+def test_the_polish_on_two_processes_keeps_the_same_executables_as_in_one():
+    """``workers=2`` lowers and times each subgraph in a pool: the same executables come
+    back, byte for byte, as from the polish in this process, and the same are replaced."""
+    from corefold.backend.cfx import to_bytes
+    from corefold.compile import latency_for
+
+    t = load_target("npu-2x2")
+    subs = [_conv_chain(*shape, seed=0) for shape in ((8, 16, 2), (16, 32, 3), (32, 16, 6))]  # kept, replaced, replaced
+    candidates = [lower(g, t, SEARCH) for g in subs]
+    timed = latency_for(t)
+    one, replaced_one = polish(candidates, subs, t, 0.1, latency=timed, workers=1)
+    ticks = _Ticks()
+    two, replaced_two = polish(candidates, subs, t, 0.1, ticks, latency=timed, workers=2)
+    assert replaced_one == replaced_two and ticks.n == 3
+    assert [a is c for a, c in zip(one, candidates, strict=True)] == [b is c for b, c in zip(two, candidates,
+                                                                                            strict=True)]
+    def without_times(e):  # meta holds each step's wall seconds
+        return to_bytes(dataclasses.replace(e, meta={}))
+
+    assert [without_times(e) for e in one] == [without_times(e) for e in two]
+    assert [e.meta["order"] == f.meta["order"] for e, f in zip(one, two, strict=True)] == [True] * 3
+    assert replaced_two == 2 and all(timed(e) <= timed(c) for e, c in zip(two, candidates, strict=True))
 
 
 def test_the_polish_reuses_the_latencies_m1_measured():
