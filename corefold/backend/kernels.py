@@ -29,7 +29,7 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         fn = ops.get(op.op_type, where=f"op '{op.name}'").blocking_free_kernel
         if not callable(fn):
             raise UnsupportedOpError(f"op '{op.name}': no kernel for operator {op.op_type}")
-        out = [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
+        out = run_float(op, fn, inputs)
         if op.activation is not None:
             out[0] = apply_activation(op.activation, out[0])
         return out
@@ -41,6 +41,21 @@ def run_op(op: Op, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     _, runner, names = hit
     feeds = {n: np.asarray(x) for n, x in zip(names, inputs, strict=True) if n is not None}
     return [runner.run(feeds)["y"]]
+
+
+def run_float(op: Op, fn, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    """``fn`` (an operator table kernel) on ``inputs``, computed in the wider of the
+    operands' and the op's declared float types and returned in the declared ones: the
+    float64 partial results of a quantized model's float32 operator cut over a reduced
+    dimension (:mod:`corefold.passes.split.split`) are computed in float64, and their
+    ``Sum`` rounds once to its float32 output. Any other op computes as its kernel does.
+    O(kernel + operand sizes)."""
+    declared = [np.dtype(d) for d in op.output_dtypes]
+    if any(d == np.float64 for d in declared):
+        inputs = [x.astype(np.float64) if x is not None and x.dtype == np.float32 else x for x in inputs]
+    out = [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
+    return [r.astype(d) if r.dtype != d and r.dtype.kind == "f" and d.kind == "f" else r
+            for r, d in zip(out, declared, strict=False)]
 
 
 def apply_activation(kind: str, y: np.ndarray) -> np.ndarray:

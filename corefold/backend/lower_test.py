@@ -406,24 +406,24 @@ def test_a_float_gemm_reading_a_dequantized_weight_is_cut_like_a_float_one():
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
 
 
-def _float_matmul_into_quantize(seed: int = 4) -> Graph:
+def _float_matmul_into_quantize(seed: int = 4, m: int = 64, k: int = 256, n: int = 512) -> Graph:
     """A quantized model's float product, as BERT's intermediate dense layer: x @ w in float
     (no DequantizeLinear on x, so no integer pattern) feeding a QuantizeLinear; both the
     float product and the dequantized result are outputs."""
     rng = np.random.default_rng(seed)
     g = Graph("float_mm_q")
-    x = g.add_input("x", (64, 256), "float32")
+    x = g.add_input("x", (m, k), "float32")
 
     def node(op, ins, shape, dtype, name):
         n = g.make_node(op, ins, {}, name=name)
         n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype(dtype)
         return n.outputs[0]
 
-    w = g.add_constant("w", (0.004 * rng.standard_normal((256, 512))).astype(np.float32))  # |x @ w| ~ 0.06
-    y = node("MatMul", [x, w], (64, 512), "float32", "mm")
+    w = g.add_constant("w", (0.064 / np.sqrt(k) * rng.standard_normal((k, n))).astype(np.float32))  # |x @ w| ~ 0.06
+    y = node("MatMul", [x, w], (m, n), "float32", "mm")
     s, z = g.add_constant("s", np.float32(0.001)), g.add_constant("z", np.int8(0))
-    q = node("QuantizeLinear", [y, s, z], (64, 512), "int8", "q")
-    g.outputs = [y, node("DequantizeLinear", [q, s, z], (64, 512), "float32", "dq")]
+    q = node("QuantizeLinear", [y, s, z], (m, n), "int8", "q")
+    g.outputs = [y, node("DequantizeLinear", [q, s, z], (m, n), "float32", "dq")]
     return g
 
 
@@ -449,6 +449,35 @@ def test_a_float_product_feeding_a_quantizelinear_simulates_bit_for_bit_in_piece
         np.testing.assert_array_equal(got[k], v, err_msg=k)
     float_product = g.outputs[0].name  # the float executor's float32 BLAS call: within its rounding
     assert max_relative_error({float_product: run(g, feeds)[float_product]}, got) <= 1e-6
+
+
+def test_a_float_product_cut_over_its_inner_dimension_sums_float64_partials_and_simulates_bit_for_bit():
+    """A float MatMul of a quantized model that fits a core only cut over its inner
+    dimension (every row of x and every column of w alone are too big): its partial
+    products are float64 on the chip and their Sum rounds once, so the product and its
+    quantized values equal the integer runner's whole MatMul exactly (float32 partial sums
+    were 1-2 steps off on the int8 BERT on 128 KiB cores). A float model's cut keeps
+    float32 partials."""
+    from corefold.passes.quantize.integer import IntegerRunner
+    from corefold.passes.split import split_graph
+    from corefold.sim.simulate import run_simulation
+
+    g = _float_matmul_into_quantize(seed=5, m=8, k=8192, n=4)
+    target = small_target(sram_kib=32, reserved_kib=4)  # a row of x is 32 KiB, a column of w 32 KiB
+    exe = lower(g, target)
+    check_executable(exe, target)
+    partial = [o for o in exe.ops if o.op_type == "MatMul"]
+    assert len(partial) > 1 and {o.output_dtypes[0] for o in partial} == {"float64"}
+    assert {o.output_dtypes[0] for o in exe.ops if o.op_type == "Sum"} == {"float32"}
+    feeds = random_inputs(g, 3)
+    want = IntegerRunner(g).run(feeds)
+    got = run_simulation(exe, feeds, target).outputs
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+    cut = _float_matmul_into_quantize(seed=5, m=8, k=8192, n=4)
+    split_graph(cut, None, threshold=24 * 1024, exact=False)
+    assert {v.dtype for n in cut.nodes if n.op_type == "MatMul" for v in n.outputs} == {np.dtype("float32")}
 
 
 @pytest.mark.parametrize("interleave", [True, False])

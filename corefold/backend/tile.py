@@ -53,6 +53,7 @@ from corefold.passes.split.split import (
     JOIN_META,
     MAX_PIECES,
     choose_split,
+    holds_quantization,
     touched_bytes,
 )
 from corefold.target import Target
@@ -504,6 +505,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
         threshold = target.core_memory_threshold
     drop_identities(g)
     dequantize_after_moves(g)
+    exact = holds_quantization(g)  # before the fusion takes the QuantizeLinear nodes
     if is_quantized(g):
         fuse_integer(g, threshold)
     # NOTE: also without a QuantizeLinear: a range holding a float operator of a QDQ model
@@ -519,7 +521,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
 
         cut_for_parallelism(g, target, pieces_per_core, min_rows)
     try:
-        split_graph(g, target, threshold)
+        split_graph(g, target, threshold, exact=exact)
     except CapacityError as exc:
         raise CompileError("SRAM", "every core", _needed(exc), threshold, _culprit(exc)) from None
     return g

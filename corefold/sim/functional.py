@@ -15,7 +15,8 @@ else touches its bytes until it completes):
 * Compute: the op's kernel on the input arrays, outputs written into the output views;
   ONNX ops run the operator table's blocking-free kernel (``corefold.ops``; float32
   products accumulated in float64, so that an op's pieces round as the whole op would: the
-  chip's result does not depend on how the host's BLAS blocks each piece), integer ops
+  chip's result does not depend on how the host's BLAS blocks each piece) in the wider of
+  its operands' and its outputs' float types (``kernels.run_float``), integer ops
   (``Op.quant``) ``corefold.backend.kernels.run_op``;
 * DmaLoad, DmaStore, DmaCopy, Copy, Send: the source box copied into the destination box;
 * Recv, Signal, Wait: nothing (the Send moved the data).
@@ -61,6 +62,8 @@ def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
     """``run(op, arrays) -> outputs``: the operator table's blocking-free kernel of an ONNX
     op, or the backend's kernel of a quantized one or of one with
     a fused activation."""
+    from corefold.backend.kernels import run_float
+
     kernels: dict[str, Callable] = {}
 
     def run(op: Op, arrays: list) -> list[np.ndarray]:
@@ -74,7 +77,7 @@ def op_runner() -> Callable[[Op, list], list[np.ndarray]]:
             if entry is None or not callable(entry.kernel):
                 raise KernelError(f"op '{op.name}': no kernel for {op.op_type}")
             fn = kernels[op.op_type] = entry.blocking_free_kernel
-        return list(fn(op.attrs, arrays))
+        return run_float(op, fn, arrays)
 
     return run
 

@@ -22,7 +22,14 @@ The inserted ``Slice`` and ``Concat`` are data moves between DRAM regions (meta
 ``split_join``) and, like shape-only views (Reshape, Flatten, ...), are not required to
 fit; everything else, including the ``Sum`` of partial results, is. Cutting on batch or
 output channels gives bit-identical outputs; input-channel partial sums only reassociate
-floating-point additions. Cost: O(#pieces) node creations per split; O(V * pieces) total.
+floating-point additions. In a quantized model (one with a QuantizeLinear or a
+DequantizeLinear), a float32 operator cut over a reduced dimension keeps its partial
+results in float64 and their ``Sum`` rounds once to float32: its result usually reaches a
+QuantizeLinear, where a reassociated ulp can become a step, and the chip simulator, which
+computes an op in the wider of its operands' and its output's float types, then rounds
+as the integer runner does on the whole operator (whose float products also sum in
+float64, ``OpDef.blocking_free_kernel``). The int8 BERT on 128 KiB cores was 1-2 steps
+off the integer execution with float32 partial sums. Cost: O(#pieces) node creations per split; O(V * pieces) total.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ MAX_PIECES = 4096
 #: Node meta of a fused float activation (set by the backend's tile step): the pieces of a
 #: cut keep it, and a cut over a reduced dimension moves it onto the ``Sum`` that joins them.
 ACTIVATION_META = "activation"
+#: the dtype of a quantized model's float32 partial results (module docstring)
+WIDE = np.dtype(np.float64)
 
 
 @dataclass
@@ -150,8 +159,9 @@ def _joined_axis(node: Node) -> int | None:
 
 
 class _Splitter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, wide_partials: bool = False):
         self.graph = graph
+        self.wide_partials = wide_partials
         self.slices: dict[tuple[int, int, int, int], Value] = {}
         self.replaced_constants: dict[str, None] = {}
 
@@ -205,6 +215,8 @@ class _Splitter:
             piece = g.make_node(node.op_type, ins, attrs, num_outputs=len(names), name=f"{node.name}_part{j}",
                                 output_names=names, domain=node.domain)
             infer_node(piece)
+            for po, o in zip(piece.outputs, node.outputs, strict=True):
+                po.dtype = WIDE if ax.reduce and self.wide_partials and o.dtype == np.float32 else o.dtype
             if node.meta.get(ACTIVATION_META) and not ax.reduce:
                 piece.meta[ACTIVATION_META] = node.meta[ACTIVATION_META]
             pieces.append(piece)
@@ -241,10 +253,13 @@ class _Splitter:
         return new
 
 
-def split_graph(graph: Graph, target: Target | None, threshold: int | None = None) -> SplitResult:
+def split_graph(graph: Graph, target: Target | None, threshold: int | None = None,
+                exact: bool | None = None) -> SplitResult:
     """Cut every operator of ``graph`` (in place) until each fits ``threshold`` bytes
     (default ``target.core_memory_threshold``; ``target`` may be None when ``threshold``
-    is given); new nodes take their original's place in the file order.
+    is given); new nodes take their original's place in the file order. ``exact``: the
+    float32 partial results of a cut over a reduced dimension are float64 (module
+    docstring); default: :func:`holds_quantization`.
 
     Raises:
         CapacityError: an operator cannot fit at any split (naming it and its bytes).
@@ -255,7 +270,7 @@ def split_graph(graph: Graph, target: Target | None, threshold: int | None = Non
     if threshold is None and target is None:
         raise ValueError("split_graph needs a target or a threshold")
     limit = target.core_memory_threshold if threshold is None else threshold
-    splitter = _Splitter(graph)
+    splitter = _Splitter(graph, wide_partials=holds_quantization(graph) if exact is None else exact)
     result = SplitResult(graph, False)
     origin: dict[Node, tuple[str, str]] = {}
     pieces: dict[str, int] = {}  # model node -> compute pieces it is in so far
@@ -299,6 +314,12 @@ def split_graph(graph: Graph, target: Target | None, threshold: int | None = Non
             result.splits[name] = result.splits.get(name, 0) + 1
     _drop_replaced_constants(graph, splitter.replaced_constants)
     return result
+
+
+def holds_quantization(graph: Graph) -> bool:
+    """Whether ``graph`` is (part of) a quantized model: it holds a QuantizeLinear or a
+    DequantizeLinear. O(V)."""
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes)
 
 
 def _drop_replaced_constants(graph: Graph, names: dict[str, None]) -> None:
