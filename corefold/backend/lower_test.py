@@ -456,8 +456,8 @@ def test_a_float_product_cut_over_its_inner_dimension_sums_float64_partials_and_
     dimension (every row of x and every column of w alone are too big): its partial
     products are float64 on the chip and their Sum rounds once, so the product and its
     quantized values equal the integer runner's whole MatMul exactly (float32 partial sums
-    were 1-2 steps off on the int8 BERT on 128 KiB cores). A float model's cut keeps
-    float32 partials."""
+    were 1-2 steps off on the int8 BERT on 128 KiB cores). The split pass outside the
+    backend (M1's, whose graphs are written as ONNX) keeps float32 partials."""
     from corefold.passes.quantize.integer import IntegerRunner
     from corefold.passes.split import split_graph
     from corefold.sim.simulate import run_simulation
@@ -476,7 +476,7 @@ def test_a_float_product_cut_over_its_inner_dimension_sums_float64_partials_and_
         np.testing.assert_array_equal(got[k], v, err_msg=k)
 
     cut = _float_matmul_into_quantize(seed=5, m=8, k=8192, n=4)
-    split_graph(cut, None, threshold=24 * 1024, exact=False)
+    split_graph(cut, None, threshold=24 * 1024)
     assert {v.dtype for n in cut.nodes if n.op_type == "MatMul" for v in n.outputs} == {np.dtype("float32")}
 
 

@@ -22,14 +22,17 @@ The inserted ``Slice`` and ``Concat`` are data moves between DRAM regions (meta
 ``split_join``) and, like shape-only views (Reshape, Flatten, ...), are not required to
 fit; everything else, including the ``Sum`` of partial results, is. Cutting on batch or
 output channels gives bit-identical outputs; input-channel partial sums only reassociate
-floating-point additions. In a quantized model (one with a QuantizeLinear or a
-DequantizeLinear), a float32 operator cut over a reduced dimension keeps its partial
-results in float64 and their ``Sum`` rounds once to float32: its result usually reaches a
-QuantizeLinear, where a reassociated ulp can become a step, and the chip simulator, which
-computes an op in the wider of its operands' and its output's float types, then rounds
-as the integer runner does on the whole operator (whose float products also sum in
-float64, ``OpDef.blocking_free_kernel``). The int8 BERT on 128 KiB cores was 1-2 steps
-off the integer execution with float32 partial sums. Cost: O(#pieces) node creations per split; O(V * pieces) total.
+floating-point additions. In the backend's tiling of a quantized model (``exact``; one
+with a QuantizeLinear or a DequantizeLinear, :func:`holds_quantization`), a float32
+operator cut over a reduced dimension keeps its partial results in float64 and their
+``Sum`` rounds once to float32 (never in a graph exported as ONNX, whose MatMul has one
+type): its result usually reaches a QuantizeLinear, where a reassociated ulp can become a
+step, and the chip simulator, which computes an op in the wider of its operands' and its
+output's float types, then rounds as the integer runner does on the whole operator (whose
+float products also sum in float64, ``OpDef.blocking_free_kernel``). The int8 BERT on 128
+KiB cores was 1-2 steps off the integer execution with float32 partial sums.
+
+Cost: O(#pieces) node creations per split; O(V * pieces) total.
 """
 
 from __future__ import annotations
@@ -254,12 +257,13 @@ class _Splitter:
 
 
 def split_graph(graph: Graph, target: Target | None, threshold: int | None = None,
-                exact: bool | None = None) -> SplitResult:
+                exact: bool = False) -> SplitResult:
     """Cut every operator of ``graph`` (in place) until each fits ``threshold`` bytes
     (default ``target.core_memory_threshold``; ``target`` may be None when ``threshold``
     is given); new nodes take their original's place in the file order. ``exact``: the
     float32 partial results of a cut over a reduced dimension are float64 (module
-    docstring); default: :func:`holds_quantization`.
+    docstring): the backend's tiling of a quantized model asks for it; a graph that is
+    exported as ONNX must not (a MatMul of float32 operands has a float32 output there).
 
     Raises:
         CapacityError: an operator cannot fit at any split (naming it and its bytes).
@@ -270,7 +274,7 @@ def split_graph(graph: Graph, target: Target | None, threshold: int | None = Non
     if threshold is None and target is None:
         raise ValueError("split_graph needs a target or a threshold")
     limit = target.core_memory_threshold if threshold is None else threshold
-    splitter = _Splitter(graph, wide_partials=holds_quantization(graph) if exact is None else exact)
+    splitter = _Splitter(graph, wide_partials=exact)
     result = SplitResult(graph, False)
     origin: dict[Node, tuple[str, str]] = {}
     pieces: dict[str, int] = {}  # model node -> compute pieces it is in so far
