@@ -52,7 +52,9 @@ def run_float(op: Op, fn, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     O(kernel + operand sizes)."""
     declared = [np.dtype(d) for d in op.output_dtypes]
     if any(d == np.float64 for d in declared):
-        inputs = [x.astype(np.float64) if x is not None and x.dtype == np.float32 else x for x in inputs]
+        from corefold.ops import widen_float32
+
+        inputs = widen_float32(inputs)
     out = [np.asarray(r) for r in fn(op.attrs, list(inputs))[: len(op.output_shapes)]]
     if not any(x is not None and x.dtype == np.float64 for x in inputs):
         return out  # a kernel that widens on its own is a kernel bug: the caller's dtype check sees it

@@ -8,7 +8,7 @@ importer (``normalise``, ``infer``), shape inference on the IR (``infer``), the 
 nothing of the IR: facets take attributes, shapes, dtypes and constants.
 """
 
-from corefold.ops.arrays import fill, fill_value, is_fill
+from corefold.ops.arrays import fill, fill_value, is_fill, widen_float32
 from corefold.ops.infer import infer_types, work
 from corefold.ops.registry import define, entries, get, load_all, lookup, op
 from corefold.ops.schema import (
@@ -32,4 +32,5 @@ __all__ = [
     "get", "lookup", "entries", "load_all", "define", "op", "infer_types", "work", "OpDef", "Cost", "Quant",
     "SplitAxis", "Interval", "OnnxNode", "NONE", "MISSING", "AS_IS", "COMPUTE", "MOVEMENT", "FLOAT",
     "UNKNOWN", "NON_NEGATIVE", "fill", "fill_value", "is_fill",
+    "widen_float32",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from corefold.errors import UnsupportedOpError
+from corefold.ops.arrays import widen_float32
 from corefold.ops.facets import matrix, prod
 from corefold.ops.registry import define, op
 from corefold.ops.schema import AS_IS, COMPUTE, Kernel, OpDef, Quant, SplitAxis
@@ -159,8 +160,7 @@ def widened(kernel: Kernel) -> Kernel:
     def wide(attrs, inputs):
         if not any(x is not None and x.dtype == np.float32 for x in inputs):
             return kernel(attrs, inputs)
-        xs = [x.astype(np.float64) if x is not None and x.dtype == np.float32 else x for x in inputs]
-        return [y.astype(np.float32) if y.dtype == np.float64 else y for y in kernel(attrs, xs)]
+        return [y.astype(np.float32) if y.dtype == np.float64 else y for y in kernel(attrs, widen_float32(inputs))]
 
     wide.__name__ = wide.__qualname__ = f"{kernel.__name__}_wide"
     return wide
