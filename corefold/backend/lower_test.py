@@ -985,6 +985,42 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))
 
 
+def test_the_banded_tiling_is_tried_after_the_others_and_the_faster_kept():
+    """``bands`` (False, True): the heavy pointwise conv of ``_wide_pointwise`` tiled both
+    ways (channel pieces reading the whole input; row bands cut on channels), each tried
+    latency that of the tiling lowered alone, the faster kept and reported, and every
+    executable computes the executor's outputs. A graph the rule leaves unchanged (a chain
+    of 3 x 3 convs) reports no trial of it."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.parallel_test import _wide_pointwise
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _wide_pointwise()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(),
+                   pieces_per_core=4.0)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    alone = {}
+    for b in (False, True):
+        exe = lower(g, t, replace(base, bands=(b,), trial_tasks=0))
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        alone[b] = exe.meta["order"]["list_latency_s"]
+    assert alone[False] != alone[True]
+    exe = lower(g, t, base)
+    check_executable(exe, t)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    rep = exe.meta["order"]
+    assert [b for b, _ in rep["bands_tried"]] == [False, True]
+    for b, latency in rep["bands_tried"]:
+        assert latency == pytest.approx(alone[b], rel=1e-12)
+    assert rep["bands"] == min(alone, key=alone.get)
+    plain = lower(_conv_chain(16, 6, 4, cols=128, in_ch=16), load_target("npu"), base)
+    assert "bands_tried" not in plain.meta["order"] and plain.meta["order"]["bands"] is False
+
+
 def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is_kept():
     """``trial_pieces``: after the first tiling (``pieces_per_core``), a graph of at most
     ``trial_pieces_tasks`` tasks is tiled again with each further value, clustered with the

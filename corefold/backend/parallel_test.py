@@ -326,6 +326,51 @@ def test_a_pointwise_conv_with_too_few_rows_cuts_channels_and_the_depthwise_conv
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
 
 
+def _wide_pointwise(seed: int = 0) -> Graph:
+    """conv 3x3 stride 2 (16 -> 512 channels, 16 x 16 -> 8 x 8) -> pointwise conv (512 ->
+    256): a late layer's heavy 1 x 1 convolution on few rows, as SqueezeNet's ``conv10``."""
+    rng = np.random.default_rng(seed)
+    g = Graph("wide_pointwise")
+    cur = g.add_input("x", (1, 16, 16, 16), "float32")
+    for name, attrs, w in [("conv0", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (512, 16, 3, 3)),
+                           ("pw", {"kernel_shape": [1, 1]}, (256, 512, 1, 1))]:
+        wv = g.add_constant(f"{name}_w", (rng.standard_normal(w) / 16).astype(np.float32))
+        n = g.make_node("Conv", [cur, wv], attrs, name=name)
+        infer_node(n)
+        cur = n.outputs[0]
+    g.outputs = [cur]
+    return g
+
+
+def test_banded_the_pointwise_conv_keeps_the_row_bands_each_cut_on_channels_reading_only_its_band():
+    """A heavy pointwise conv on 8 rows, its time asking for more pieces than 4 bands of 2
+    rows and its weights (512 KiB) outweighing its input (128 KiB): without ``bands`` it
+    takes channel pieces that each read the whole input; with ``bands`` it keeps the
+    producer's row bands (each reading its band of 2 rows) and each band is cut on output
+    channels. Every channel of every row is computed once, and the tiled graph computes the
+    original's outputs. Without SRAM to spare (2 x 2 cores of 1 MiB, of which the 807 KiB of weights
+    take more than :data:`ROOMY_WEIGHTS`) ``bands`` changes nothing."""
+    g = _wide_pointwise()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    plain, banded = copy_graph(g), copy_graph(g)
+    cut_for_parallelism(plain, t, pieces_per_core=4.0)
+    cut_for_parallelism(banded, t, pieces_per_core=4.0, bands=True)
+    before = [n for n in plain.nodes if n.op_type == "Conv" and n.name.startswith("pw")]
+    assert len(before) > 4 and all(n.inputs[0].shape == (1, 512, 8, 8) for n in before)  # whole input each
+    pw = [n for n in banded.nodes if n.op_type == "Conv" and n.name.startswith("pw")]
+    assert all(n.inputs[0].shape[1] == 512 and n.inputs[0].shape[2] == 2 for n in pw)  # a band each
+    bands = {id(n.inputs[0]) for n in pw}
+    assert len(bands) == 4 and len(pw) == 16  # 4 bands, each in 4 channel pieces
+    assert sum(n.outputs[0].shape[1] * n.outputs[0].shape[2] for n in pw) == 256 * 8
+    feeds = random_inputs(g, 6)
+    assert max_relative_error(run(g, feeds), run(banded, feeds)) <= 1e-6
+    tight = small_target(width=2, height=2, sram_kib=1024, reserved_kib=64, dram_attach="[[0, 1], [1, 0]]")
+    a, b = copy_graph(g), copy_graph(g)
+    cut_for_parallelism(a, tight, pieces_per_core=4.0)
+    cut_for_parallelism(b, tight, pieces_per_core=4.0, bands=True)
+    assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
+
+
 def _pointwise_chain(n: int, seed: int = 0) -> Graph:
     """``n`` pointwise convs (64 -> 64 channels) on a 1x64x32x32 image: 4.2 M MACs, 4.1 us
     each on the preset's matrix unit, 16 KiB of weights each."""
