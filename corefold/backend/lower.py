@@ -88,6 +88,10 @@ class LowerSettings:
             ``min_rows`` after it and the pieces (with what they kept), when it changes the
             tiling: int8 SqueezeNet 50.9 -> 46.8 us, while the int8 EfficientNet-B0 ran 98.3 ->
             111.3 with it, so the timed simulation decides.
+        input_pieces: the fewest pieces of an operator reading a graph input
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``input_pieces``; 0: no
+            floor); each further value is tried like ``bands``, after it: int8 SqueezeNet 46.8
+            -> 40.5 us at 32, while the int8 EfficientNet-B0 ran 98.3 -> 112.2 us.
         relay_chips: on a board of several chips, send a box that crosses chips once per
             destination chip, its first reader there relaying it to the others
             (:class:`~corefold.backend.plan.Planner`; the int8 ResNet-50 on ``npu-array``
@@ -121,6 +125,7 @@ class LowerSettings:
     trial_tasks: int = 1500
     min_rows: tuple[int, ...] = (2, 1)
     bands: tuple[bool, ...] = (False, True)
+    input_pieces: tuple[int, ...] = (0, 32)
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0,)
     trial_pieces_tasks: int = 1000
@@ -159,7 +164,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     while threshold >= target.sram_bytes // 8:
         try:
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
-                            settings.bands[0]), target)
+                            settings.bands[0], settings.input_pieces[0]), target)
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0])
         except _NoRetry as exc:
@@ -216,6 +221,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"spread: one value or more, each > 0, got {list(settings.spread)}")
     if not settings.min_rows or not all(isinstance(m, int) and m >= 1 for m in settings.min_rows):
         raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
+    if not settings.bands:
+        raise SettingsError("bands: one value or more (False, True), got none")
+    if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
+        raise SettingsError(f"input_pieces: one whole number or more, each >= 0, got {list(settings.input_pieces)}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
@@ -338,7 +347,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
     (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
-    lg, trial, min_rows, pieces, rows_tried, bands, bands_tried = _other_tilings(
+    lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = _other_tilings(
         graph, target, settings, lg, trial, spread, headroom, trials_on, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, arrival = trial.built, trial.errors, trial.arrival
@@ -385,9 +394,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     order_report["min_rows"], order_report["pieces_per_core"] = min_rows, pieces
     if len(rows_tried) > 1:
         order_report["tilings_tried"] = rows_tried  # [min_rows, pieces_per_core, list latency or error]
-    order_report["bands"] = bands
-    if len(bands_tried) > 1:
-        order_report["bands_tried"] = bands_tried  # [bands, list latency or error]
+    order_report.update(chosen)  # bands, input_pieces
+    order_report.update({f"{k}_tried": v for k, v in knobs_tried.items()})  # [value, list latency or error]
     if len(tried) > 1:
         order_report["clusterings_tried"] = sorted(tried, key=lambda shv: shv[:2])  # [spread, headroom, list latency or error]
     exe = built[kept][1]
@@ -484,12 +492,13 @@ def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: Low
 def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: _Trial,
                    spread: float, headroom: float, trials_on: bool, times: dict, say: Callable[[str], None]):
     """``(lowered graph, its trial, min_rows, pieces_per_core, [[min_rows, pieces_per_core,
-    list latency or error], ...], bands, [[bands, list latency or error], ...])``: the first
-    tiling's, or that of a further ``settings.min_rows`` value, then of a further
-    ``settings.trial_pieces`` value (with the ``min_rows`` kept), then of a further
-    ``settings.bands`` value (with both kept; skipped when it tiles as the first), whose list
-    executable (clustered with ``spread`` and ``headroom``) the timed simulation runs faster.
-    O(values) tilings and trials."""
+    list latency or error], ...], {knob: value}, {knob: [[value, list latency or error],
+    ...]})``: the first tiling's, or that of a further ``settings.min_rows`` value, then of a
+    further ``settings.trial_pieces`` value (with the ``min_rows`` kept), then of a further
+    ``settings.bands`` value, then ``settings.input_pieces`` (each with what was kept before
+    it; a value that tiles as the kept tiling is skipped), whose list executable (clustered
+    with ``spread`` and ``headroom``) the timed simulation runs faster. O(values) tilings and
+    trials."""
     kept, pieces = settings.min_rows[0], settings.pieces_per_core
     tried: list[list] = [[kept, pieces, float(trial.latency) if trial.built else str(trial.errors["list"])]]
     variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
@@ -511,26 +520,31 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
         tried.append([m, p, float(other.latency) if other.built else str(other.errors["list"])])
         if other.latency < trial.latency:
             lg, trial, kept, pieces = other_lg, other, m, p
-    bands = settings.bands[0]
-    bands_tried: list[list] = [[bands, float(trial.latency) if trial.built else str(trial.errors["list"])]]
-    for b in settings.bands[1:] if trials_on and pieces > 0 else ():
-        say(f"trial: tiling with bands {'on' if b else 'off'}")
-        t = time.perf_counter()
-        try:
-            other_lg, other_cl = _prepare(graph, target, replace(settings, min_rows=(kept,), pieces_per_core=pieces,
-                                                                 bands=(b,), spread=(spread,), headroom=(headroom,)))
-        except CompileError as exc:
-            bands_tried.append([b, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        if [x.name for x in other_lg.tasks] == [x.name for x in lg.tasks]:
-            continue  # the same tiling (the rule found nothing to cut otherwise)
-        other = _trial(other_lg, other_cl, target, settings, True, times)
-        bands_tried.append([b, float(other.latency) if other.built else str(other.errors["list"])])
-        if other.latency < trial.latency:
-            lg, trial, bands = other_lg, other, b
-    return lg, trial, kept, pieces, tried, bands, bands_tried
+    chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
+    knobs_tried: dict[str, list[list]] = {}
+    for knob in chosen if trials_on and pieces > 0 else ():
+        here = [[chosen[knob], float(trial.latency) if trial.built else str(trial.errors["list"])]]
+        for value in getattr(settings, knob)[1:]:
+            say(f"trial: tiling with {knob} {value}")
+            t = time.perf_counter()
+            try:
+                other_lg, other_cl = _prepare(graph, target, replace(
+                    settings, min_rows=(kept,), pieces_per_core=pieces, spread=(spread,), headroom=(headroom,),
+                    **{k: (value if k == knob else v,) for k, v in chosen.items()}))
+            except CompileError as exc:
+                here.append([value, str(exc)])
+                continue
+            finally:
+                times["tile_place"] += time.perf_counter() - t
+            if [x.name for x in other_lg.tasks] == [x.name for x in lg.tasks]:
+                continue  # the same tiling (the knob found nothing to cut otherwise)
+            other = _trial(other_lg, other_cl, target, settings, True, times)
+            here.append([value, float(other.latency) if other.built else str(other.errors["list"])])
+            if other.latency < trial.latency:
+                lg, trial, chosen[knob] = other_lg, other, value
+        if len(here) > 1:
+            knobs_tried[knob] = here
+    return lg, trial, kept, pieces, tried, chosen, knobs_tried
 
 
 def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:

@@ -567,7 +567,9 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
 
     g = _conv_chain(16, 16, 4)
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
-    slow = replace(DEFAULT, spread=(1.5,))  # its clustering leaves the search something to change
+    # its clustering leaves the search something to change; the tiling the first (finer input pieces
+    # would win the trial and differ from the untimed lowering's)
+    slow = replace(DEFAULT, spread=(1.5,), input_pieces=(0,))
     exe, want, got = _lower_and_run(g, t, settings=slow)
     assert max_relative_error(want, got) <= 1e-5
     rep = exe.meta["order"]
@@ -630,7 +632,8 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     g = _conv_chain(16, 16, 4)
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     # one clustering and tiling (spread 1.5 leaves the search something to change): its list orders are emitted first
-    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=())
+    one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=(), bands=(False,),
+                  input_pieces=(0,))
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     assemble = importlib.import_module("corefold.backend.assemble")
@@ -985,12 +988,13 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))
 
 
-def test_the_banded_tiling_is_tried_after_the_others_and_the_faster_kept():
+def test_the_banded_and_finer_input_tilings_are_tried_after_the_others_and_the_faster_kept():
     """``bands`` (False, True): the heavy pointwise conv of ``_wide_pointwise`` tiled both
     ways (channel pieces reading the whole input; row bands cut on channels), each tried
     latency that of the tiling lowered alone, the faster kept and reported, and every
     executable computes the executor's outputs. A graph the rule leaves unchanged (a chain
-    of 3 x 3 convs) reports no trial of it."""
+    of 3 x 3 convs) reports no trial of it. ``input_pieces`` is tried after it the same way
+    (on a chain whose reader of the input takes 8 or 16 bands)."""
     import importlib
     from dataclasses import replace
 
@@ -1000,7 +1004,7 @@ def test_the_banded_tiling_is_tried_after_the_others_and_the_faster_kept():
     g = _wide_pointwise()
     t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
     base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(),
-                   pieces_per_core=4.0)
+                   pieces_per_core=4.0, input_pieces=(0,))
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
     alone = {}
@@ -1019,6 +1023,25 @@ def test_the_banded_tiling_is_tried_after_the_others_and_the_faster_kept():
     assert rep["bands"] == min(alone, key=alone.get)
     plain = lower(_conv_chain(16, 6, 4, cols=128, in_ch=16), load_target("npu"), base)
     assert "bands_tried" not in plain.meta["order"] and plain.meta["order"]["bands"] is False
+    # input_pieces: a chain of 3 x 3 convs whose reader of the input takes 16 bands instead of 8
+    chain, t2 = _conv_chain(16, 32, 4, cols=32, in_ch=16), load_target("npu-2x2")
+    one = replace(base, bands=(False,))
+    alone = {n: lower(chain, t2, replace(one, input_pieces=(n,), trial_tasks=0)).meta["order"]["list_latency_s"]
+             for n in (0, 16)}
+    assert alone[0] != alone[16]
+    both = lower(chain, t2, replace(one, input_pieces=(0, 16)))
+    rep = both.meta["order"]
+    assert [n for n, _ in rep["input_pieces_tried"]] == [0, 16]
+    for n, latency in rep["input_pieces_tried"]:
+        assert latency == pytest.approx(alone[n], rel=1e-12)
+    assert rep["input_pieces"] == min(alone, key=alone.get)
+    chain_feeds = random_inputs(chain, 0)
+    assert max_relative_error(run(chain, chain_feeds), run_executable(both, chain_feeds)) <= 1e-5
+    for bad in ((), (-1,), (1.5,)):
+        with pytest.raises(SettingsError, match="input_pieces"):
+            lower(chain, t2, replace(one, input_pieces=bad))
+    with pytest.raises(SettingsError, match="bands"):
+        lower(chain, t2, replace(one, bands=()))
 
 
 def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is_kept():

@@ -128,6 +128,27 @@ def _conv_chain(seed: int = 0) -> Graph:
     return g
 
 
+def test_the_reader_of_a_graph_input_takes_at_least_input_pieces_bands():
+    """``input_pieces``: the conv reading the graph input, cut into 15 row bands by its time
+    alone, is cut into 20 (at most its 24 bands of two rows), the ops after it follow the
+    finer cut, and the tiled graph computes the original's outputs; a floor below what the
+    time asks for changes nothing."""
+    g = _conv_chain()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    feeds = random_inputs(g, 3)
+    counts = {}
+    for input_pieces in (0, 8, 20, 40):
+        cut = copy_graph(g)
+        cut_for_parallelism(cut, t, pieces_per_core=1.0, input_pieces=input_pieces)
+        first = [n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("conv0")]
+        relu = [n for n in cut.nodes if n.op_type == "Relu" and n.name.startswith("relu1")]
+        assert len(relu) == len(first)
+        assert all(n.inputs[0].producer is not None for n in first)  # each reads its slice of the input
+        assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+        counts[input_pieces] = len(first)
+    assert counts == {0: 15, 8: 15, 20: 20, 40: 24}
+
+
 def test_cut_for_parallelism_bands_a_conv_chain_and_follows_the_producer():
     g = _conv_chain()
     t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
