@@ -92,6 +92,11 @@ class LowerSettings:
             (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``input_pieces``; 0: no
             floor); each further value is tried like ``bands``, after it: int8 SqueezeNet 46.8
             -> 40.5 us at 32, while the int8 EfficientNet-B0 ran 98.3 -> 112.2 us.
+        trial_knobs_tasks: the trials of ``bands`` and ``input_pieces`` run on graphs whose
+            kept tiling has at most this many tasks: each costs a tiling and a timed trial
+            (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in 19.4 s with both,
+            against the 20 s goal, for 98.3 -> 96.4 us); the int8 Inception v1 (1093 tasks)
+            gains 149.6 -> 123.6 us from its bands.
         relay_chips: on a board of several chips, send a box that crosses chips once per
             destination chip, its first reader there relaying it to the others
             (:class:`~corefold.backend.plan.Planner`; the int8 ResNet-50 on ``npu-array``
@@ -126,6 +131,7 @@ class LowerSettings:
     min_rows: tuple[int, ...] = (2, 1)
     bands: tuple[bool, ...] = (False, True)
     input_pieces: tuple[int, ...] = (0, 32)
+    trial_knobs_tasks: int = 1200
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0,)
     trial_pieces_tasks: int = 1000
@@ -522,7 +528,7 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
             lg, trial, kept, pieces = other_lg, other, m, p
     chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
     knobs_tried: dict[str, list[list]] = {}
-    for knob in chosen if trials_on and pieces > 0 else ():
+    for knob in chosen if trials_on and pieces > 0 and len(lg.tasks) <= settings.trial_knobs_tasks else ():
         here = [[chosen[knob], float(trial.latency) if trial.built else str(trial.errors["list"])]]
         for value in getattr(settings, knob)[1:]:
             say(f"trial: tiling with {knob} {value}")

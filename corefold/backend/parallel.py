@@ -118,14 +118,16 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     """Cut the operators of ``graph`` (in place, topologically sorted) as the module
     docstring says, row bands of at least ``min_rows`` rows; return how many were cut.
 
-    ``bands`` (*banded pointwise* tiling): with SRAM to spare (:data:`ROOMY_WEIGHTS`), a
-    pointwise convolution behind a row cut whose rows are too few for its time keeps the
-    rows instead of taking its own channel cut (:func:`_rows_too_few`), and every row-cut
-    matrix operator, a piece of a weight cut too, has its bands cut on channels
-    (:func:`_band_pieces`): each piece then reads its band, not the whole input, and starts
-    as soon as its band is in (the int8 SqueezeNet's ``conv10``, 512 -> 1000 channels on
-    13 x 13: 32 channel pieces each received the whole 86.5 KB input, 3.4 us on the
-    critical path, then ran 2.6 us; banded, its pieces run 0.8 us behind their bands).
+    ``bands`` (*banded* tiling): with SRAM to spare (:data:`ROOMY_WEIGHTS`), a pointwise
+    convolution behind a row cut whose rows are too few for its time keeps the rows instead
+    of taking its own channel cut (:func:`_rows_too_few`), and every row-cut convolution or
+    pooling, a piece of a weight cut too, whose time asks for more pieces than its bands has
+    its bands cut on channels (:func:`_band_pieces`; without ``bands``, only a matrix
+    operator asking for twice as many): each piece then reads its band, not the whole input,
+    and starts as soon as its band is in (the int8 SqueezeNet's ``conv10``, 512 -> 1000
+    channels on 13 x 13: 32 channel pieces each received the whole 86.5 KB input, 3.4 us on
+    the critical path, then ran 2.6 us; banded, its pieces run 0.8 us behind their bands),
+    and a band's 3 x 3 convolution or pooling of 1 us runs as two or more shorter pieces.
     Each band copies the weights, so :func:`~corefold.backend.lower.lower` tries it as a
     further tiling and the timed simulation decides.
 
@@ -196,8 +198,9 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
             if k < 2:
                 continue
             join = cut_rows(graph, node, k)
-            if (roomy_weightless and node.op_type in MATRIX_OPS and want >= 2 * k
-                    and (_siblings(node) == 1 or (banded and _siblings(node) <= 2))):
+            if banded and want > k and _siblings(node) <= 2 and (node.op_type in MATRIX_OPS or node.op_type in ROW_OPS):
+                _cut_bands(graph, join, _band_pieces(node, want, k, seconds[node], target))
+            elif roomy_weightless and node.op_type in MATRIX_OPS and want >= 2 * k and _siblings(node) == 1:
                 _cut_bands(graph, join, _band_pieces(node, want, k, seconds[node], target))
         else:
             ax = _channel_axis(node, follow)

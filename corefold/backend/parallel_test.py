@@ -392,6 +392,26 @@ def test_banded_the_pointwise_conv_keeps_the_row_bands_each_cut_on_channels_read
     assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
 
 
+def test_banded_a_pooling_whose_time_asks_for_more_pieces_than_bands_cuts_each_band_on_channels():
+    """A 5 x 5 max pool over 256 channels of 8 x 8: 4 bands of two rows without ``bands``;
+    with ``bands`` each band is cut into 3 channel pieces too (the pool's 6.4 us of work
+    against its 64 KiB output at 32 bytes a cycle, :func:`_band_pieces`), each piece
+    reading its band's rows of its own channels, and the pieces compute the pool."""
+    g = _one_op("MaxPool", {"kernel_shape": [5, 5], "strides": [1, 1], "pads": [2, 2, 2, 2]}, (1, 256, 8, 8))
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    plain, banded = copy_graph(g), copy_graph(g)
+    cut_for_parallelism(plain, t, pieces_per_core=8.0)
+    cut_for_parallelism(banded, t, pieces_per_core=8.0, bands=True)
+    before = [n for n in plain.nodes if n.op_type == "MaxPool"]
+    after = [n for n in banded.nodes if n.op_type == "MaxPool"]
+    assert len(before) == 4 and all(n.outputs[0].shape == (1, 256, 2, 8) for n in before)
+    assert len(after) == 12 and all(n.outputs[0].shape[1] < 256 and n.outputs[0].shape[2] == 2 for n in after)
+    assert all(n.inputs[0].shape[1] == n.outputs[0].shape[1] for n in after)  # its own channels only
+    assert sum(n.outputs[0].shape[1] for n in after) == 256 * 4
+    feeds = random_inputs(g, 2)
+    assert max_relative_error(run(g, feeds), run(banded, feeds)) <= 1e-6
+
+
 def _pointwise_chain(n: int, seed: int = 0) -> Graph:
     """``n`` pointwise convs (64 -> 64 channels) on a 1x64x32x32 image: 4.2 M MACs, 4.1 us
     each on the preset's matrix unit, 16 KiB of weights each."""
