@@ -195,7 +195,7 @@ def test_the_polish_on_two_processes_keeps_the_same_executables_as_in_one():
     from corefold.compile import latency_for
 
     t = load_target("npu-2x2")
-    subs = [_conv_chain(*shape, seed=0) for shape in ((8, 16, 2), (16, 32, 3), (32, 16, 6))]  # kept, replaced, replaced
+    subs = [_conv_chain(*shape, seed=0) for shape in ((8, 16, 2), (16, 32, 3), (32, 16, 6))]  # two or three replaced
     candidates = [lower(g, t, SEARCH) for g in subs]
     timed = latency_for(t)
     one, replaced_one = polish(candidates, subs, t, 0.1, latency=timed, workers=1)
@@ -209,7 +209,8 @@ def test_the_polish_on_two_processes_keeps_the_same_executables_as_in_one():
 
     assert [without_times(e) for e in one] == [without_times(e) for e in two]
     assert [e.meta["order"] == f.meta["order"] for e, f in zip(one, two, strict=True)] == [True] * 3
-    assert replaced_two == 2 and all(timed(e) <= timed(c) for e, c in zip(two, candidates, strict=True))
+    assert replaced_two == sum(e is not c for e, c in zip(two, candidates, strict=True)) >= 2
+    assert all(timed(e) <= timed(c) for e, c in zip(two, candidates, strict=True))
 
 
 def test_the_polish_reuses_the_latencies_m1_measured():

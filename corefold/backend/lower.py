@@ -92,6 +92,13 @@ class LowerSettings:
             (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``input_pieces``; 0: no
             floor); each further value is tried like ``bands``, after it: int8 SqueezeNet 46.8
             -> 40.5 us at 32, while the int8 EfficientNet-B0 ran 98.3 -> 112.2 us.
+        insertion: the clustering's insertion list scheduling off or on
+            (:func:`~corefold.backend.place.cluster`'s ``insert``); each further value is
+            clustered with the fastest ``spread`` and ``headroom`` (on graphs of at most
+            ``trial_tasks`` tasks) and kept when the timed simulation runs its list executable
+            faster; the tilings tried after it cluster with the value kept: int8 ResNet-18
+            119.3 -> 109.4 us and MobileNetV3 34.8 -> 34.0 with it, int8 SqueezeNet 40.6 ->
+            53.9 and Inception v1 123.6 -> 129.8 without a choice.
         trial_knobs_tasks: the trials of ``bands`` and ``input_pieces`` run on graphs whose
             kept tiling has at most this many tasks: each costs a tiling and a timed trial
             (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in 19.4 s with both,
@@ -131,6 +138,7 @@ class LowerSettings:
     min_rows: tuple[int, ...] = (2, 1)
     bands: tuple[bool, ...] = (False, True)
     input_pieces: tuple[int, ...] = (0, 32)
+    insertion: tuple[bool, ...] = (False, True)
     trial_knobs_tasks: int = 1200
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0,)
@@ -172,7 +180,8 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
                             settings.bands[0], settings.input_pieces[0]), target)
             _check_weights(lg, target)
-            return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0])
+            return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0],
+                               settings.insertion[0])
         except _NoRetry as exc:
             # NOTE: smaller pieces copy more weights; the first attempt's failure is the cause
             raise error or CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
@@ -227,6 +236,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"spread: one value or more, each > 0, got {list(settings.spread)}")
     if not settings.min_rows or not all(isinstance(m, int) and m >= 1 for m in settings.min_rows):
         raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
+    if not settings.insertion:
+        raise SettingsError("insertion: one value or more (False, True), got none")
     if not settings.bands:
         raise SettingsError("bands: one value or more (False, True), got none")
     if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
@@ -353,6 +364,26 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
     (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
+    insertion, insertion_tried = settings.insertion[0], []
+    for value in settings.insertion[1:] if trials_on else ():
+        # NOTE: with the fastest pair only: every pair with both would double the trials
+        say(f"trial: clustering with insertion {'on' if value else 'off'}")
+        t = time.perf_counter()
+        try:
+            other_cl = cluster(lg, target, settings.acyclic, spread, headroom, value)
+        except CompileError as exc:
+            insertion_tried.append([value, str(exc)])
+            continue
+        finally:
+            times["tile_place"] += time.perf_counter() - t
+        other = _trial(lg, other_cl, target, settings, timed, times)
+        insertion_tried.append([value, float(other.latency) if other.built else str(other.errors["list"])])
+        if other.latency < trial.latency:
+            trial, insertion = other, value
+    if insertion_tried:
+        insertion_tried.insert(0, [settings.insertion[0], next(
+            (x[2] for x in tried if x[:2] == [spread, headroom]), None)])
+    settings = replace(settings, insertion=(insertion,))  # the tilings below cluster with it
     lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = _other_tilings(
         graph, target, settings, lg, trial, spread, headroom, trials_on, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
@@ -397,6 +428,9 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         order_report["kept"] = kept
     order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
     order_report["spread"], order_report["headroom"] = spread, headroom
+    order_report["insertion"] = insertion
+    if insertion_tried:
+        order_report["insertion_tried"] = insertion_tried  # [insertion, list latency or error]
     order_report["min_rows"], order_report["pieces_per_core"] = min_rows, pieces
     if len(rows_tried) > 1:
         order_report["tilings_tried"] = rows_tried  # [min_rows, pieces_per_core, list latency or error]
@@ -531,7 +565,7 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
     for knob in chosen if trials_on and pieces > 0 and len(lg.tasks) <= settings.trial_knobs_tasks else ():
         here = [[chosen[knob], float(trial.latency) if trial.built else str(trial.errors["list"])]]
         for value in getattr(settings, knob)[1:]:
-            say(f"trial: tiling with {knob} {value}")
+            say(f"trial: tiling with {knob} {('on' if value else 'off') if isinstance(value, bool) else value}")
             t = time.perf_counter()
             try:
                 other_lg, other_cl = _prepare(graph, target, replace(

@@ -633,7 +633,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     # one clustering and tiling (spread 1.5 leaves the search something to change): its list orders are emitted first
     one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=(), bands=(False,),
-                  input_pieces=(0,))
+                  input_pieces=(0,), insertion=(False,))
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     assemble = importlib.import_module("corefold.backend.assemble")
@@ -1064,7 +1064,8 @@ def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is
     for pieces, bands in ((8.0, 32), (16.0, 64)):
         tiled = tile(g, t, t.core_memory_threshold, pieces, 2)
         assert len([n for n in tiled.nodes if n.op_type == "Conv"]) == bands
-    base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,))
+    base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), insertion=(False,),
+                   input_pieces=(0,))
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
     alone = {}
@@ -1133,8 +1134,9 @@ def test_on_a_board_a_box_crosses_to_each_chip_once_and_its_first_reader_there_r
 def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists():
     """``lower(progress=...)``: the fit check, the first tiling, one ``cluster:`` step per
     other clustering made, one ``trial:`` step per clustering timed (the pairs of
-    ``clusterings_tried`` that have a latency), one per other tiling (``tilings_tried``),
-    then the order search; the fast preset (nothing timed) places, orders and emits once.
+    ``clusterings_tried`` that have a latency), one per other tiling (``tilings_tried``) and
+    per value of ``insertion``, ``bands`` and ``input_pieces`` tried, then the order search;
+    the fast preset (nothing timed) places, orders and emits once.
     The executable is the one lowered without ``progress``."""
     import re
 
@@ -1157,6 +1159,10 @@ def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists()
     tilings = [tuple(map(float, m.groups())) for m in
                (re.fullmatch(r"trial: tiling with min_rows (\d+), (\S+) pieces per core", s) for s in steps) if m]
     assert tilings == [tuple(map(float, r[:2])) for r in rep["tilings_tried"][1:]]
+    for knob in ("insertion", "bands", "input_pieces"):  # a step per value tried (a tiling it repeats: none)
+        values = [s.rsplit(" ", 1)[1] for s in steps if s.startswith("trial: ") and f" {knob} " in s]
+        named = [("on" if v else "off") if isinstance(v, bool) else str(v) for v, _ in rep.get(f"{knob}_tried", [])[1:]]
+        assert values[:len(named)] == named
     assert steps.index("order search (1 s budget)") > max(i for i, s in enumerate(steps) if s.startswith("trial: "))
     exe.meta.pop("lower_seconds")
     again = lower(g, t, DEFAULT)
@@ -1283,6 +1289,67 @@ def test_the_producers_of_a_task_reading_more_cores_than_a_core_has_streams_shar
     with pytest.raises(CompileError, match="NoC buffers.*reads from 9 cores"):
         cluster(lg, target, True, 2.5, 0.0)
 
+
+
+def test_insertion_list_scheduling_fills_idle_gaps_and_the_faster_clustering_is_kept():
+    """``cluster(insert=True)``: every task placed once, no engine runs two tasks at once
+    (each group's tasks of one unit kind overlap at most its engine count), and some task
+    starts in a gap before a task placed earlier on the same engine kind of its group,
+    which the queue of the plain clustering never does (there the one matrix engine's
+    starts follow the placement order). ``LowerSettings.insertion`` (False, True) tries it
+    with the fastest spread and headroom: each tried latency is that clustering's lowered
+    alone, the faster is kept, and every executable computes the executor's outputs."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.lgraph import build
+    from corefold.backend.place import cluster
+    from corefold.backend.tile import tile
+
+    g = _conv_chain(32, 24, 4, cols=32, in_ch=64)  # a 192 KiB input read band by band
+    t = load_target("npu-2x2")
+    lg = build(tile(g, t, None, 8.0, 2), t)
+    plain, inserted = cluster(lg, t, False, 2.5, 0.0), cluster(lg, t, False, 2.5, 0.0, insert=True)
+    gap_filled = False
+    for cl in (plain, inserted):
+        assert all(0 <= grp < cl.groups for grp in cl.group)
+        by: dict = {}
+        for task in lg.tasks:
+            by.setdefault((int(cl.group[task.id]), task.unit), []).append(task.id)
+        for (_grp, unit), ids in by.items():
+            events = sorted([(cl.start[i], 1) for i in ids if lg.tasks[i].seconds > 0]
+                            + [(cl.end[i], -1) for i in ids if lg.tasks[i].seconds > 0])
+            busy = 0
+            for _, step in events:
+                busy += step
+                assert busy <= t.units[unit].count
+            starts = [cl.start[i] for i in ids]
+            earlier = any(b < a for a, b in zip(starts, starts[1:], strict=False))
+            if unit == "matrix" and cl is plain:
+                assert not earlier
+            gap_filled |= earlier and cl is inserted
+    assert gap_filled
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    one = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(), bands=(False,),
+                  input_pieces=(0,))
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    alone = {}
+    for value in (False, True):
+        exe = lower(g, t, replace(one, insertion=(value,), trial_tasks=0))
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        alone[value] = exe.meta["order"]["list_latency_s"]
+    assert alone[False] != alone[True]
+    exe = lower(g, t, one)
+    check_executable(exe, t)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    rep = exe.meta["order"]
+    assert [v for v, _ in rep["insertion_tried"]] == [False, True]
+    for value, latency in rep["insertion_tried"]:
+        assert latency == pytest.approx(alone[value], rel=1e-12)
+    assert rep["insertion"] == min(alone, key=alone.get)
+    with pytest.raises(SettingsError, match="insertion"):
+        lower(g, t, replace(one, insertion=()))
 
 
 def test_a_graph_of_constants_alone_lowers_and_runs():
