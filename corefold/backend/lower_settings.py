@@ -1,0 +1,126 @@
+"""The knobs of :func:`~corefold.backend.lower.lower` and its presets (re-exported there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LowerSettings:
+    """Knobs of :func:`lower`.
+
+    Attributes:
+        seed: seed of the mesh placement's random choices.
+        placement_effort: scales the M4 force-directed iterations and annealing.
+        order_budget_seconds: budget of the M3 order search over all cores together
+            (converted into simulated steps, so the result does not depend on the
+            machine); 0 keeps the list-scheduling order.
+        acyclic: keep the graph of cores acyclic (data flows one way between any two
+            cores, as in a pipeline); False lets cores exchange data both ways.
+        spread: how fast the clustering opens cores: at most ``spread`` times the share
+            of the work scheduled so far of all cores (see :func:`~corefold.backend.place.cluster`).
+            One value or more: each spread is clustered with each ``headroom`` (below).
+        pieces_per_core: the tile step cuts every operator longer than the graph's work
+            over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
+            so that the mesh has work; 0 cuts only what does not fit a core.
+        dram_interleave: stripe every DRAM region over all channels of its chip, as DRAM
+            controllers interleave addresses, so that one transfer uses every channel's
+            bandwidth (the clustering's cost model assumes it); False puts each region on
+            one channel, balancing the channels' traffic.
+        headroom: with ``spread``, the clusterings tried (:func:`~corefold.backend.place.cluster`'s
+            ``headroom``: SRAM left beside the weights, in working sets): every spread with
+            every headroom, each one's list executable timed and the fastest kept; a
+            clustering that would repeat one already made is skipped (:func:`_repeats`).
+            Without the order search (nothing is timed), the first pair only.
+        trial_tasks: the trials of the other ``spread``, ``headroom`` and ``min_rows`` values and of
+            sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
+            most this many tasks: each costs steps 3-6 and a timed run. The int8 ResNet-50 on
+            ``npu-array`` (1633 tasks since its rows are cut with SRAM to spare) lowers in
+            7.1 s without them, in 22.6 s with them, past the 20 s goal, for 408.7 -> 341.7 us;
+            the bench's 8 x 8 rows have at most 1470 (the int8 EfficientNet-B0).
+        min_rows: the fewest output rows of a row band the tile step cuts
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`); with the order search and
+            at most ``trial_tasks`` tasks, each further value tiles the graph again, is
+            clustered with the first tiling's fastest ``spread`` and ``headroom``, and its
+            list executable is kept when the timed simulation runs it faster (bands of one
+            row read three times their rows through a 3 x 3 window, but halve the chain
+            of bands: no one value suits every model).
+        bands: the tile step's *banded pointwise* tiling off or on
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``bands``: pointwise
+            convolutions of few rows cut in row bands, each band on channels, instead of channel
+            pieces that each read the whole input); each further value is tried like
+            ``min_rows`` after it and the pieces (with what they kept), when it changes the
+            tiling: int8 SqueezeNet 50.9 -> 46.8 us, while the int8 EfficientNet-B0 ran 98.3 ->
+            111.3 with it, so the timed simulation decides.
+        input_pieces: the fewest pieces of an operator reading a graph input
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``input_pieces``; 0: no
+            floor); each further value is tried like ``bands``, after it: int8 SqueezeNet 46.8
+            -> 40.5 us at 32, while the int8 EfficientNet-B0 ran 98.3 -> 112.2 us.
+        insertion: the clustering's insertion list scheduling off or on
+            (:func:`~corefold.backend.place.cluster`'s ``insert``); each further value is
+            clustered with the fastest ``spread`` and ``headroom`` (on graphs of at most
+            ``trial_tasks`` tasks) and kept when the timed simulation runs its list executable
+            faster; the tilings tried after it cluster with the value kept: int8 ResNet-18
+            119.3 -> 109.4 us and MobileNetV3 34.8 -> 34.0 with it, int8 SqueezeNet 40.6 ->
+            53.9 and Inception v1 123.6 -> 129.8 without a choice.
+        trial_knobs_tasks: the trials of ``bands`` and ``input_pieces`` run on graphs whose
+            kept tiling has at most this many tasks: each costs a tiling and a timed trial
+            (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in 19.4 s with both,
+            against the 20 s goal, for 98.3 -> 96.4 us); the int8 Inception v1 (1093 tasks)
+            gains 149.6 -> 123.6 us from its bands.
+        relay_chips: on a board of several chips, send a box that crosses chips once per
+            destination chip, its first reader there relaying it to the others
+            (:class:`~corefold.backend.plan.Planner`; the int8 ResNet-50 on ``npu-array``
+            408.7 -> 342.3 us); False: every reader receives it from its producer.
+        trial_pieces, trial_pieces_tasks: further values of ``pieces_per_core`` tried like
+            ``min_rows`` (with the kept ``min_rows``, ``spread`` and ``headroom``), on graphs whose
+            first tiling has at most ``trial_pieces_tasks`` tasks: each trial tiles the graph
+            again, into up to 1.4x the tasks. Smaller pieces shorten a chain of small layers
+            (the int8 MobileNetV3 39.3 -> 36.5 us; the int8 Inception v1 168.6 -> 156.3, which
+            the task limit leaves out) and lengthen others' (the int8 ResNet-18 122.0 -> 260.1
+            at 16), so the timed simulation decides. ``trial_pieces_tasks`` keeps every bench
+            row's lowering under 20 s with room for a noisy machine: the int8 Inception v1
+            (1093 tasks) lowered in 14.0-20.2 s with its trial (12 s without), the float
+            EfficientNet-B0 (1185) in 19.4 s for 277.5 -> 274.1 us. A graph that lowered only
+            with fewer pieces than asked tries no more.
+        tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
+            to try, every pair of them (an empty one: the setting's own value); the pair
+            whose executable (list-scheduling orders) the timed simulation runs fastest is
+            lowered again with the order search. Both empty: no tuning. The strong preset
+            tries six pairs.
+    """
+
+    seed: int = 0
+    placement_effort: int = 1
+    order_budget_seconds: float = 1.0
+    acyclic: bool = False
+    spread: tuple[float, ...] = (2.5, 4.0)
+    pieces_per_core: float = 8.0
+    dram_interleave: bool = True
+    headroom: tuple[float, ...] = (0.0, 0.5)
+    trial_tasks: int = 1500
+    min_rows: tuple[int, ...] = (2, 1)
+    bands: tuple[bool, ...] = (False, True)
+    input_pieces: tuple[int, ...] = (0, 32)
+    insertion: tuple[bool, ...] = (False, True)
+    trial_knobs_tasks: int = 1200
+    relay_chips: bool = True
+    trial_pieces: tuple[float, ...] = (16.0,)
+    trial_pieces_tasks: int = 1000
+    tune_pieces: tuple[float, ...] = ()
+    tune_efforts: tuple[int, ...] = ()
+
+
+FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)
+DEFAULT = LowerSettings()
+#: measured on bench/backend.py: fewer pieces suit ResNet-18 (int8 -31%), more Inception
+#: (int8 -10%), EfficientNet keeps the default's; the M4 placement's effort 4 lowers the
+#: NoC traffic, yet moved the latency by -3% to +4%: no one setting is best everywhere
+STRONG = LowerSettings(order_budget_seconds=5.0, tune_pieces=(4.0, 8.0, 16.0), tune_efforts=(1, 4),
+                       trial_tasks=1 << 30, trial_pieces=())
+PRESETS = {"fast": FAST, "default": DEFAULT, "strong": STRONG}
+#: M1's candidate compiles and fit checks: the list-scheduling order on each core, no M3
+#: search, and the clustering that opens cores slowly: with spread 2.5 the torchvision
+#: ResNet-50 on npu-2x2 took 69 executables (the minimum the checks then allowed) and 84
+#: compiles, against 67 and 67 at 1.5
+SEARCH = LowerSettings(order_budget_seconds=0.0, spread=(1.5,))
