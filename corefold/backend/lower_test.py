@@ -988,6 +988,32 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))
 
 
+def _knob_trial_keeps_the_faster(g: Graph, t, settings, knob: str, values: tuple) -> dict:
+    """Lower ``g`` with each of ``values`` of ``LowerSettings.<knob>`` alone (no trials), then
+    with all of them tried: each value's latency in ``<knob>_tried`` is its lowering alone's,
+    the faster is kept (``<knob>`` in the report), and every executable computes the
+    executor's outputs. Returns each value's latency alone."""
+    from dataclasses import replace
+
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    alone = {}
+    for value in values:
+        exe = lower(g, t, replace(settings, **{knob: (value,)}, trial_tasks=0))
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        alone[value] = exe.meta["order"]["list_latency_s"]
+    assert len(set(alone.values())) == len(values)  # the knob changes the executable
+    exe = lower(g, t, replace(settings, **{knob: values}))
+    check_executable(exe, t)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    rep = exe.meta["order"]
+    assert [v for v, _ in rep[f"{knob}_tried"]] == list(values)
+    for value, latency in rep[f"{knob}_tried"]:
+        assert latency == pytest.approx(alone[value], rel=1e-12)
+    assert rep[knob] == min(alone, key=alone.get)
+    return alone
+
+
 def test_the_banded_and_finer_input_tilings_are_tried_after_the_others_and_the_faster_kept():
     """``bands`` (False, True): the heavy pointwise conv of ``_wide_pointwise`` tiled both
     ways (channel pieces reading the whole input; row bands cut on channels), each tried
@@ -1005,38 +1031,13 @@ def test_the_banded_and_finer_input_tilings_are_tried_after_the_others_and_the_f
     t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
     base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(),
                    pieces_per_core=4.0, input_pieces=(0,))
-    feeds = random_inputs(g, 0)
-    want = run(g, feeds)
-    alone = {}
-    for b in (False, True):
-        exe = lower(g, t, replace(base, bands=(b,), trial_tasks=0))
-        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-        alone[b] = exe.meta["order"]["list_latency_s"]
-    assert alone[False] != alone[True]
-    exe = lower(g, t, base)
-    check_executable(exe, t)
-    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-    rep = exe.meta["order"]
-    assert [b for b, _ in rep["bands_tried"]] == [False, True]
-    for b, latency in rep["bands_tried"]:
-        assert latency == pytest.approx(alone[b], rel=1e-12)
-    assert rep["bands"] == min(alone, key=alone.get)
+    _knob_trial_keeps_the_faster(g, t, base, "bands", (False, True))
     plain = lower(_conv_chain(16, 6, 4, cols=128, in_ch=16), load_target("npu"), base)
     assert "bands_tried" not in plain.meta["order"] and plain.meta["order"]["bands"] is False
     # input_pieces: a chain of 3 x 3 convs whose reader of the input takes 16 bands instead of 8
     chain, t2 = _conv_chain(16, 32, 4, cols=32, in_ch=16), load_target("npu-2x2")
     one = replace(base, bands=(False,))
-    alone = {n: lower(chain, t2, replace(one, input_pieces=(n,), trial_tasks=0)).meta["order"]["list_latency_s"]
-             for n in (0, 16)}
-    assert alone[0] != alone[16]
-    both = lower(chain, t2, replace(one, input_pieces=(0, 16)))
-    rep = both.meta["order"]
-    assert [n for n, _ in rep["input_pieces_tried"]] == [0, 16]
-    for n, latency in rep["input_pieces_tried"]:
-        assert latency == pytest.approx(alone[n], rel=1e-12)
-    assert rep["input_pieces"] == min(alone, key=alone.get)
-    chain_feeds = random_inputs(chain, 0)
-    assert max_relative_error(run(chain, chain_feeds), run_executable(both, chain_feeds)) <= 1e-5
+    _knob_trial_keeps_the_faster(chain, t2, one, "input_pieces", (0, 16))
     for bad in ((), (-1,), (1.5,)):
         with pytest.raises(SettingsError, match="input_pieces"):
             lower(chain, t2, replace(one, input_pieces=bad))
@@ -1332,22 +1333,7 @@ def test_insertion_list_scheduling_fills_idle_gaps_and_the_faster_clustering_is_
     lower_mod = importlib.import_module("corefold.backend.lower")
     one = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(), bands=(False,),
                   input_pieces=(0,))
-    feeds = random_inputs(g, 0)
-    want = run(g, feeds)
-    alone = {}
-    for value in (False, True):
-        exe = lower(g, t, replace(one, insertion=(value,), trial_tasks=0))
-        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-        alone[value] = exe.meta["order"]["list_latency_s"]
-    assert alone[False] != alone[True]
-    exe = lower(g, t, one)
-    check_executable(exe, t)
-    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-    rep = exe.meta["order"]
-    assert [v for v, _ in rep["insertion_tried"]] == [False, True]
-    for value, latency in rep["insertion_tried"]:
-        assert latency == pytest.approx(alone[value], rel=1e-12)
-    assert rep["insertion"] == min(alone, key=alone.get)
+    _knob_trial_keeps_the_faster(g, t, one, "insertion", (False, True))
     with pytest.raises(SettingsError, match="insertion"):
         lower(g, t, replace(one, insertion=()))
 

@@ -307,22 +307,29 @@ def test_a_mean_over_row_bands_sums_each_band_where_it_was_computed(make):
     assert max_relative_error(want, run_simulation(exe, feeds, t).outputs) <= 1e-5
 
 
-def _pointwise_depthwise(seed: int = 0) -> Graph:
-    """conv 3x3 stride 4 (16 -> 96 channels, 32 x 32 -> 8 x 8, cut in rows: its weights are
-    smaller than its input) -> pointwise conv (96 -> 192) -> depthwise conv 3x3 (192
-    groups), the expand half of an MBConv block at a late layer's size."""
+def _convs(name: str, x_shape: tuple, layers: list, scale: float, seed: int = 0) -> Graph:
+    """A chain of Convs without bias on one input: ``layers`` of (name, attrs, weight
+    shape), weights standard normal over ``scale``, seeded."""
     rng = np.random.default_rng(seed)
-    g = Graph("mbconv")
-    cur = g.add_input("x", (1, 16, 32, 32), "float32")
-    for name, attrs, w in [("conv0", {"kernel_shape": [3, 3], "strides": [4, 4], "pads": [1, 1, 1, 1]}, (96, 16, 3, 3)),
-                           ("pw", {"kernel_shape": [1, 1]}, (192, 96, 1, 1)),
-                           ("dw", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 192}, (192, 1, 3, 3))]:
-        wv = g.add_constant(f"{name}_w", (rng.standard_normal(w) / 8).astype(np.float32))
-        n = g.make_node("Conv", [cur, wv], attrs, name=name)
+    g = Graph(name)
+    cur = g.add_input("x", x_shape, "float32")
+    for layer, attrs, w in layers:
+        wv = g.add_constant(f"{layer}_w", (rng.standard_normal(w) / scale).astype(np.float32))
+        n = g.make_node("Conv", [cur, wv], attrs, name=layer)
         infer_node(n)
         cur = n.outputs[0]
     g.outputs = [cur]
     return g
+
+
+def _pointwise_depthwise(seed: int = 0) -> Graph:
+    """conv 3x3 stride 4 (16 -> 96 channels, 32 x 32 -> 8 x 8, cut in rows: its weights are
+    smaller than its input) -> pointwise conv (96 -> 192) -> depthwise conv 3x3 (192
+    groups), the expand half of an MBConv block at a late layer's size."""
+    return _convs("mbconv", (1, 16, 32, 32), [
+        ("conv0", {"kernel_shape": [3, 3], "strides": [4, 4], "pads": [1, 1, 1, 1]}, (96, 16, 3, 3)),
+        ("pw", {"kernel_shape": [1, 1]}, (192, 96, 1, 1)),
+        ("dw", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": 192}, (192, 1, 3, 3))], 8, seed)
 
 
 def test_a_pointwise_conv_with_too_few_rows_cuts_channels_and_the_depthwise_conv_follows_them():
@@ -350,17 +357,9 @@ def test_a_pointwise_conv_with_too_few_rows_cuts_channels_and_the_depthwise_conv
 def _wide_pointwise(seed: int = 0) -> Graph:
     """conv 3x3 stride 2 (16 -> 512 channels, 16 x 16 -> 8 x 8) -> pointwise conv (512 ->
     256): a late layer's heavy 1 x 1 convolution on few rows, as SqueezeNet's ``conv10``."""
-    rng = np.random.default_rng(seed)
-    g = Graph("wide_pointwise")
-    cur = g.add_input("x", (1, 16, 16, 16), "float32")
-    for name, attrs, w in [("conv0", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (512, 16, 3, 3)),
-                           ("pw", {"kernel_shape": [1, 1]}, (256, 512, 1, 1))]:
-        wv = g.add_constant(f"{name}_w", (rng.standard_normal(w) / 16).astype(np.float32))
-        n = g.make_node("Conv", [cur, wv], attrs, name=name)
-        infer_node(n)
-        cur = n.outputs[0]
-    g.outputs = [cur]
-    return g
+    return _convs("wide_pointwise", (1, 16, 16, 16), [
+        ("conv0", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (512, 16, 3, 3)),
+        ("pw", {"kernel_shape": [1, 1]}, (256, 512, 1, 1))], 16, seed)
 
 
 def test_banded_the_pointwise_conv_keeps_the_row_bands_each_cut_on_channels_reading_only_its_band():
