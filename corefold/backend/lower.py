@@ -247,7 +247,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     # their timed run tells the search when each remote input really arrives
     (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
     insertion, insertion_tried = settings.insertion[0], []
-    for value in settings.insertion[1:] if trials_on else ():
+    for value in settings.insertion[1:] if trials_on and len(lg.tasks) <= settings.trial_knobs_tasks else ():
         # NOTE: with the fastest pair only: every pair with both would double the trials
         say(f"trial: clustering with insertion {'on' if value else 'off'}")
         t = time.perf_counter()

@@ -59,15 +59,15 @@ class LowerSettings:
         insertion: the clustering's insertion list scheduling off or on
             (:func:`~corefold.backend.place.cluster`'s ``insert``); each further value is
             clustered with the fastest ``spread`` and ``headroom`` (on graphs of at most
-            ``trial_tasks`` tasks) and kept when the timed simulation runs its list executable
+            ``trial_knobs_tasks`` tasks) and kept when the timed simulation runs its list executable
             faster; the tilings tried after it cluster with the value kept: int8 ResNet-18
             119.3 -> 109.4 us and MobileNetV3 34.8 -> 34.0 with it, int8 SqueezeNet 40.6 ->
             53.9 and Inception v1 123.6 -> 129.8 without a choice.
-        trial_knobs_tasks: the trials of ``bands`` and ``input_pieces`` run on graphs whose
-            kept tiling has at most this many tasks: each costs a tiling and a timed trial
-            (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in 19.4 s with both,
-            against the 20 s goal, for 98.3 -> 96.4 us); the int8 Inception v1 (1093 tasks)
-            gains 149.6 -> 123.6 us from its bands.
+        trial_knobs_tasks: the trials of ``insertion``, ``bands`` and ``input_pieces`` run on
+            graphs whose tiling has at most this many tasks: each costs a clustering or a tiling
+            and a timed trial (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in
+            19.4 s with the two tilings, against the 20 s goal, for 98.3 -> 96.4 us); the int8
+            Inception v1 (1093 tasks) gains 149.6 -> 123.6 us from its bands.
         relay_chips: on a board of several chips, send a box that crosses chips once per
             destination chip, its first reader there relaying it to the others
             (:class:`~corefold.backend.plan.Planner`; the int8 ResNet-50 on ``npu-array``
