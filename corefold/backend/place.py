@@ -26,8 +26,9 @@ among the groups already open and one fresh group, under three constraints:
 Each unit, and each group's outgoing and incoming link, is a queue in task order, or with
 ``insert`` a set of busy intervals whose idle gaps a later task or transfer may fill
 (insertion list scheduling, :class:`_Timeline`). It spreads independent pieces of split
-operators over cores and keeps chains together when moving data costs more than it saves. Cost: O(V * (k + deg^2) + E * k / 64) for k
-groups.
+operators over cores and keeps chains together when moving data costs more than it saves.
+Cost: O(V * (k + deg^2) + E * k / 64) for k groups (with ``insert``, times the gaps a
+query scans).
 
 **Mesh placement** (:func:`place_on_mesh`): the groups go onto physical cores with the
 M4 kernels of :mod:`corefold.mapping` through a plain weighted graph (the adapter; the
@@ -274,7 +275,7 @@ class _Clusterer:
         pmask = 0
         for g in pred_groups:
             pmask |= 1 << g
-        if self.insert:
+        if self.insert:  # (a local producer's entry goes unused)
             sent = {p: self.egress_tl[int(self.group[p])].fit(self.end[p], b / self.link) for p, b in preds.items()}
         else:
             sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
