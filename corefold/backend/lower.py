@@ -26,6 +26,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -250,17 +251,10 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     for value in settings.insertion[1:] if trials_on and len(lg.tasks) <= settings.trial_knobs_tasks else ():
         # NOTE: with the fastest pair only: every pair with both would double the trials
         say(f"trial: clustering with insertion {'on' if value else 'off'}")
-        t = time.perf_counter()
-        try:
-            other_cl = cluster(lg, target, settings.acyclic, spread, headroom, value)
-        except CompileError as exc:
-            insertion_tried.append([value, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        other = _trial(lg, other_cl, target, settings, timed, times)
-        insertion_tried.append([value, float(other.latency) if other.built else str(other.errors["list"])])
-        if other.latency < trial.latency:
+        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom, value),
+                                        target, settings, times, timed)
+        insertion_tried.append([value, result])
+        if other is not None and other.latency < trial.latency:
             trial, insertion = other, value
     if insertion_tried:
         insertion_tried.insert(0, [settings.insertion[0], next(
@@ -350,6 +344,35 @@ class _Trial:
     def latency(self) -> float:
         return self.built["list"][0] if "list" in self.built else math.inf
 
+    @property
+    def result(self) -> float | str:
+        """What a report lists for it: the list executable's latency, or its error."""
+        return float(self.latency) if self.built else str(self.errors["list"])
+
+
+def _reclustered(lg: LoweredGraph, *args) -> tuple[LoweredGraph, Clustering]:
+    """``lg`` and its :func:`~corefold.backend.place.cluster` with ``args``."""
+    return lg, cluster(lg, *args)
+
+
+def _alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Target, settings: LowerSettings,
+                 times: dict, timed: bool = True, same_as: LoweredGraph | None = None):
+    """``(result, lowered graph, trial)`` of one alternative tiling or clustering: ``make``
+    (timed as ``tile_place``), then :func:`_trial`. ``result`` is the trial's
+    :attr:`_Trial.result`, or the CompileError's text when ``make`` fails (no graph, no
+    trial); ``(None, None, None)`` when its tasks are those of ``same_as`` (nothing to try)."""
+    t = time.perf_counter()
+    try:
+        lg, cl = make()
+    except CompileError as exc:
+        return str(exc), None, None
+    finally:
+        times["tile_place"] += time.perf_counter() - t
+    if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
+        return None, None, None
+    other = _trial(lg, cl, target, settings, timed, times)
+    return other.result, lg, other
+
 
 def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
            times: dict) -> _Trial:
@@ -406,7 +429,7 @@ def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: Low
     for (spread, headroom), c in zip(pairs, clusterings, strict=True):
         say(f"trial: spread {spread:g} headroom {headroom:g}" if timed else "place, order and emit")
         trials.append(_trial(lg, c, target, settings, timed, times))
-    tried += [[*sh, float(tr.latency) if tr.built else str(tr.errors["list"])] for sh, tr in zip(pairs, trials, strict=True)]
+    tried += [[*sh, tr.result] for sh, tr in zip(pairs, trials, strict=True)]
     best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
     return pairs[best], trials[best], tried
 
@@ -422,47 +445,32 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
     with ``spread`` and ``headroom``) the timed simulation runs faster. O(values) tilings and
     trials."""
     kept, pieces = settings.min_rows[0], settings.pieces_per_core
-    tried: list[list] = [[kept, pieces, float(trial.latency) if trial.built else str(trial.errors["list"])]]
+    tried: list[list] = [[kept, pieces, trial.result]]
     variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
     if len(lg.tasks) <= settings.trial_pieces_tasks:
         variants += [(None, p) for p in settings.trial_pieces if p != pieces]
     for m, p in variants if trials_on else ():
         m = kept if m is None else m  # the pieces' trials follow the min_rows kept
         say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
-        t = time.perf_counter()
-        try:
-            other_lg, other_cl = _prepare(graph, target, replace(settings, min_rows=(m,), pieces_per_core=p,
-                                                                 spread=(spread,), headroom=(headroom,)))
-        except CompileError as exc:
-            tried.append([m, p, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        other = _trial(other_lg, other_cl, target, settings, True, times)
-        tried.append([m, p, float(other.latency) if other.built else str(other.errors["list"])])
-        if other.latency < trial.latency:
+        result, other_lg, other = _alternative(partial(_prepare, graph, target, replace(
+            settings, min_rows=(m,), pieces_per_core=p, spread=(spread,), headroom=(headroom,))), target, settings, times)
+        tried.append([m, p, result])
+        if other is not None and other.latency < trial.latency:
             lg, trial, kept, pieces = other_lg, other, m, p
     chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
     knobs_tried: dict[str, list[list]] = {}
     for knob in chosen if trials_on and pieces > 0 and len(lg.tasks) <= settings.trial_knobs_tasks else ():
-        here = [[chosen[knob], float(trial.latency) if trial.built else str(trial.errors["list"])]]
+        here = [[chosen[knob], trial.result]]
         for value in getattr(settings, knob)[1:]:
             say(f"trial: tiling with {knob} {('on' if value else 'off') if isinstance(value, bool) else value}")
-            t = time.perf_counter()
-            try:
-                other_lg, other_cl = _prepare(graph, target, replace(
-                    settings, min_rows=(kept,), pieces_per_core=pieces, spread=(spread,), headroom=(headroom,),
-                    **{k: (value if k == knob else v,) for k, v in chosen.items()}))
-            except CompileError as exc:
-                here.append([value, str(exc)])
-                continue
-            finally:
-                times["tile_place"] += time.perf_counter() - t
-            if [x.name for x in other_lg.tasks] == [x.name for x in lg.tasks]:
+            tiling = replace(settings, min_rows=(kept,), pieces_per_core=pieces, spread=(spread,), headroom=(headroom,),
+                             **{k: (value if k == knob else v,) for k, v in chosen.items()})
+            result, other_lg, other = _alternative(partial(_prepare, graph, target, tiling), target, settings, times,
+                                                   same_as=lg)
+            if result is None:
                 continue  # the same tiling (the knob found nothing to cut otherwise)
-            other = _trial(other_lg, other_cl, target, settings, True, times)
-            here.append([value, float(other.latency) if other.built else str(other.errors["list"])])
-            if other.latency < trial.latency:
+            here.append([value, result])
+            if other is not None and other.latency < trial.latency:
                 lg, trial, chosen[knob] = other_lg, other, value
         if len(here) > 1:
             knobs_tried[knob] = here
