@@ -400,3 +400,79 @@ def test_a_fused_operator_that_would_need_too_many_pieces_is_out_of_sram_at_once
         tile(g, target, threshold=3584)
     assert exc.value.resource == "SRAM" and f"more than {MAX_PIECES} pieces" in str(exc.value)
     assert "conv" in str(exc.value)
+
+
+def _fire(scales: tuple[float, float, float] | None = None) -> Graph:
+    """A SqueezeNet fire module, ``x -> Conv 1 x 1 -> Relu -> (Conv 1 x 1, Conv 3 x 3) -> Relu
+    -> Concat -> Conv 1 x 1``, quantized by corefold (min/max over 4 seeded batches), or, with
+    ``scales``, in hand-written QDQ whose Concat inputs (the first two scales) and output
+    (the third) are quantized apart."""
+    import tempfile
+    from pathlib import Path
+
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+
+    rng = np.random.default_rng(1)
+    g = Graph("fire")
+
+    def node(op, ins, shape, attrs=None, name=None, dtype="float32"):
+        n = g.make_node(op, ins, attrs or {}, name=name)
+        n.outputs[0].shape, n.outputs[0].dtype = shape, np.dtype(dtype)
+        return n.outputs[0]
+
+    def qdq(v, s, name):
+        if scales is None:
+            return v
+        sc, zp = g.add_constant(f"{name}_s", np.float32(s)), g.add_constant(f"{name}_z", np.uint8(0))
+        q = node("QuantizeLinear", [v, sc, zp], v.shape, name=f"{name}_q", dtype="uint8")
+        return node("DequantizeLinear", [q, sc, zp], v.shape, name=f"{name}_dq")
+
+    def conv(v, cout, k, name):
+        cin = v.shape[1]
+        w = (0.2 * rng.standard_normal((cout, cin, k, k))).astype(np.float32)
+        if scales is None:
+            wv = g.add_constant(f"{name}_w", w)
+        else:
+            wv = node("DequantizeLinear", [g.add_constant(f"{name}_wq", np.round(w / 0.01).clip(-127, 127).astype(np.int8)),
+                                           g.add_constant(f"{name}_ws", np.float32(0.01)),
+                                           g.add_constant(f"{name}_wz", np.int8(0))], w.shape, name=f"{name}_wdq")
+        y = node("Conv", [v, wv], (1, cout, 16, 16), {"kernel_shape": [k, k], "pads": [k // 2] * 4}, name)
+        return node("Relu", [y], y.shape, name=f"{name}_relu")
+
+    x = g.add_input("x", (1, 8, 16, 16), "float32")
+    s = conv(qdq(x, 0.03, "x"), 4, 1, "squeeze")
+    a = qdq(conv(qdq(s, 0.05, "s"), 8, 1, "e1"), scales[0] if scales else 0, "e1")
+    b = qdq(conv(qdq(s, 0.05, "s2"), 8, 3, "e3"), scales[1] if scales else 0, "e3")
+    cat = qdq(node("Concat", [a, b], (1, 16, 16, 16), {"axis": 1}, "cat"), scales[2] if scales else 0, "cat")
+    g.outputs = [qdq(conv(cat, 8, 1, "next"), 0.2, "out")]
+    if scales is None:
+        with tempfile.TemporaryDirectory() as d:
+            calib = Path(d) / "calib.npz"
+            np.savez(calib, x=rng.standard_normal((4, 8, 16, 16)).astype(np.float32))
+            quantize_graph(g, load_calibration(calib, g), QuantizeSettings(calibration="minmax", max_batches=4),
+                           progress=False)
+    return g
+
+
+@pytest.mark.parametrize("scales", [None, (0.05, 0.07, 0.06)])
+def test_an_integer_concat_of_its_own_scale_is_a_view_and_one_that_rescales_stays_an_operator(scales):
+    """corefold's quantizer ties a Concat's inputs to its output, so its fused integer form
+    requantizes by one: it is lowered as the plain Concat (a view, no task: the expand
+    convolutions' outputs go straight to the next convolution). Inputs quantized apart
+    keep the integer operator, which rescales. Either way the executable equals the
+    integer runner bit for bit."""
+    g = _fire(scales)
+    target = load_target("npu")
+    cats = [n for n in tile(g, target).nodes if n.op_type == "Concat" and not n.meta.get("split_join")]
+    assert len(cats) == 1
+    assert cats[0].domain == ("" if scales is None else "corefold.int")
+    exe = lower(g, target)
+    concat_ops = [o for o in exe.ops if o.op_type == "Concat"]
+    assert (len(concat_ops) == 0) == (scales is None)
+    check_executable(exe, target)
+    feeds = random_inputs(g, 0)
+    want = IntegerRunner(g).run(feeds)
+    got = run_executable(exe, feeds)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v)
+    assert any(np.any(v != 0) for v in want.values())
