@@ -17,7 +17,10 @@
   A dependence implied by another one (through ``deps`` and in-order engines, on the
   core) is dropped: a transitive reduction over bitsets of ancestors, so an instruction
   lists what it waits for directly, not every reader of a reused buffer. Compute goes to
-  the unit of its kind that frees up first under the tasks' durations.
+  the unit of its kind that frees up first under the tasks' durations; so does a copy
+  between two buffers of the core, on the engine :meth:`~corefold.target.Target.copy_unit`
+  names for its elements (a vector engine for float32 on the ``npu`` preset, four times
+  the DMA engine's bytes a cycle), else the DMA engines in turn, as loads and stores.
 * **Pack.** Each weight buffer gets its constant's array (float32 as in the model, or the
   integers of a fused integer operator with their :class:`QuantTensor`).
 
@@ -284,6 +287,15 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
                 # a streamed epilogue holds this vector engine too
                 k = int(name[len("vector"):])
                 unit_free["vector"][k] = max(unit_free["vector"][k], frees[u] - durations[ev.task]) + seconds
+        elif ev.kind == "copy" and target.copy_unit(plan.buffers[ev.reads[0][0]].dtype.itemsize) != "dma":
+            # the engine that moves these elements fastest (the clustering timed it there)
+            itemsize = plan.buffers[ev.reads[0][0]].dtype.itemsize
+            kind = target.copy_unit(itemsize)
+            frees = unit_free[kind]
+            u = frees.index(min(frees))
+            frees[u] += target.copy_seconds(kind, _aligned_size(ev.reads[0][3], plan.buffers[ev.reads[0][0]].dtype),
+                                            itemsize)
+            unit = f"{kind}{u}"
         elif ev.kind in ("load", "store", "copy", "dram_copy"):
             unit = f"dma{dma_next % target.units['dma'].count}"
             dma_next += 1

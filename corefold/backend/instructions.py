@@ -248,10 +248,11 @@ class DmaCopy:
 @dataclass(frozen=True)
 class Copy:
     """Copy a box between two SRAM buffers of this core (same extent and dtype), on a DMA
-    engine; no NoC traffic.
+    engine (``bytes_per_cycle``) or a vector engine (``elements_per_cycle``: the lowering
+    picks it where that moves more bytes, ``Target.copy_unit``); no NoC traffic.
 
     Attributes:
-        unit: a DMA engine of this core.
+        unit: a DMA or vector engine of this core.
         src: view of a :class:`Buffer` of this core.
         dst: view of a :class:`Buffer` of this core.
         deps: as for :class:`Compute`.

@@ -258,16 +258,18 @@ def test_a_staged_buffer_stores_only_the_boxes_its_receivers_load():
     (staging). Only what the receivers load is stored: on this chain of row-cut 3 x 3
     Convs the staged buffers are sent as halo rows, and storing the whole buffer moved 5x
     the bytes the receivers read (3200 elements stored, 640 loaded). Per staging region,
-    the elements stored are at most those loaded, and the outputs are the executor's."""
+    the elements stored are at most those loaded, some region is stored in part, and the
+    outputs are the executor's."""
     from dataclasses import replace
 
     from corefold.backend.executable import DmaLoad, DmaStore
     from corefold.backend.lower import DEFAULT
 
     g = _conv_chain(16, 40, 4)
-    target = small_target(4, 4, 64, dram_attach="[[0, 0], [3, 3]]")
+    target = small_target(4, 4, 48, dram_attach="[[0, 0], [3, 3]]")
     # the clustering that opens cores slowly (spread 1.5), with no headroom, packs these
-    # cores full (with headroom 0.5 nothing is staged, and that trial runs faster)
+    # cores of 48 KiB full (with headroom 0.5 nothing is staged, and that trial runs faster;
+    # on 64 KiB cores nothing was staged once the local copies ran on a vector engine)
     exe, want, got = _lower_and_run(g, target, settings=replace(DEFAULT, spread=(1.5,), headroom=(0.0,)))
     assert max_relative_error(want, got) <= 1e-5
     stored: dict[int, int] = {}
@@ -281,7 +283,9 @@ def test_a_staged_buffer_stores_only_the_boxes_its_receivers_load():
     assert stored, "the case no longer stages a buffer"
     assert set(stored) == set(loaded)
     for r, n in stored.items():
-        assert n <= loaded[r] < int(np.prod(exe.regions[r].shape))
+        assert n <= min(loaded[r], int(np.prod(exe.regions[r].shape)))  # a box may be loaded twice
+    # some receivers load halo rows only: those regions are stored in part
+    assert any(n < int(np.prod(exe.regions[r].shape)) for r, n in stored.items())
 
 
 def test_staged_boxes_merge_into_their_bounding_box_only_when_it_is_no_bigger():
@@ -764,15 +768,16 @@ def test_graph_input_loads_are_issued_one_task_ahead_and_overlap_the_compute(mon
     assert runs[True] < runs[False]
 
 
-def test_the_clustering_times_a_cores_dma_engine_for_its_local_copies():
+def test_the_clustering_times_a_cores_copy_engine_for_its_local_copies():
     """A row piece of the second Conv reads a band spanning pieces of the first: the pieces
-    on its own core are copied together by the core's one DMA engine, so it starts no
-    earlier than those producers' end plus the copied bytes over the DMA rate (timed as
-    ready when the producers ended, the clustering packed such pieces onto one core). The
-    compute times are zeroed so that nothing else delays the readers."""
+    on its own core are copied together by the engine ``Target.copy_unit`` names (float32 on
+    the npu preset: a vector engine, 256 bytes a cycle), so it starts no earlier than those
+    producers' end plus the copied bytes over that rate (timed as ready when the producers
+    ended, the clustering packed such pieces onto one core). The compute times are zeroed
+    so that nothing else delays the readers."""
     import importlib
 
-    from corefold.backend.place import _copied_bytes, cluster
+    from corefold.backend.place import _copied_bytes, _copy_engine, cluster
 
     lower_mod = importlib.import_module("corefold.backend.lower")
     t = load_target("npu")
@@ -780,12 +785,13 @@ def test_the_clustering_times_a_cores_dma_engine_for_its_local_copies():
     for task in lg.tasks:
         task.seconds = 0.0
     cl = cluster(lg, t)
-    rate = t.units["dma"].throughput * t.clock_hz
     checked = 0
     for task in lg.tasks:
         g = cl.group[task.id]
         local = {p: b for p, b in _copied_bytes(lg, task).items() if cl.group[p] == g}
         if local:
+            kind, rate = _copy_engine(lg, task, t)
+            assert (kind, rate) == ("vector", 256e9)
             assert cl.start[task.id] >= max(cl.end[p] for p in local) + sum(local.values()) / rate - 1e-15
             checked += 1
     assert checked > 0
@@ -828,6 +834,10 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     # every band of layers 1 to 3 copies its own core's band of the layer before, unless shared
     bands = max(k for _, k in band) + 1
     assert (copies(exes[False]), copies(exes[True])) == (3 * bands, 0)
+    # float32 copies go to a vector engine (64 elements = 256 bytes a cycle, against the DMA
+    # engine's 64 bytes)
+    units = [ins.unit for p in exes[False].programs for ins in p.instructions if isinstance(ins, Copy)]
+    assert {u.rstrip("0123456789") for u in units} == {"vector"}
     assert activation_bytes(exes[True]) < activation_bytes(exes[False])
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
@@ -858,9 +868,9 @@ def _list_orders(lg, cl, t):
 
 
 def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clustering_is_kept():
-    """A chain of 3 x 3 Convs whose weights fill a 64 KiB core: the default clustering
-    packs three groups so full that their weights leave less than 1.5 working sets;
-    with ``headroom`` 0.5 it opens a fifth core and none is. Both lowerings compute the
+    """A chain of 3 x 3 Convs whose weights fill a 56 KiB core: the default clustering
+    packs a group so full that its weights leave less than 1.5 working sets; with
+    ``headroom`` 0.5 it opens an eighth core and none is. Both lowerings compute the
     executor's outputs (within 1e-5: no reduction is split), and :func:`lower`, trying
     both, keeps the one whose list executable the timed simulation runs faster."""
     import importlib
@@ -869,8 +879,8 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
     from corefold.backend.place import cluster
 
     lower_mod = importlib.import_module("corefold.backend.lower")
-    g = _conv_chain(32, 8, 6)
-    t = small_target(4, 4, 64)
+    g = _conv_chain(32, 8, 8)
+    t = small_target(4, 4, 56)
     lg, _ = lower_mod._prepare(g, t, lower_mod.DEFAULT)
     cap = int(0.99 * t.sram_bytes)
 
@@ -884,8 +894,8 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
         full = [k for k, cs in weights.items() if sum(lg.phys[c].nbytes for c in cs) + 1.5 * most[k] > cap]
         return len(full), len(weights)
 
-    assert crowded(0.0) == (3, 4)
-    assert crowded(0.5) == (0, 5)
+    assert crowded(0.0) == (1, 7)
+    assert crowded(0.5) == (0, 8)
     # a clustering's headroom: up to it, a higher headroom gives the same clustering
     spared = cluster(lg, t, False, 1.5, 0.5)
     assert cluster(lg, t, False, 1.5, 0.0).headroom < 0.5 <= spared.headroom
@@ -954,9 +964,9 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
     """``min_rows`` (2, 1): the graph is tiled with bands of at least two rows, then again
     with bands of one, clustered with the first tiling's fastest spread and headroom, and
     the faster list executable is kept. On four 3 x 3 convolutions of 16 channels over 6 x
-    128 the bands of one row (6 per layer instead of 3) win here (on three, since the
-    allocator's least-recent layout, the bands of two win by 0.7%); each tried latency is
-    that tiling's alone, and every executable computes the executor's outputs."""
+    128 the two are within 1% (the bands of one row, 6 per layer instead of 3, won until
+    float32 copies moved to a vector engine; now the bands of two by 0.3%); each tried
+    latency is that tiling's alone, and every executable computes the executor's outputs."""
     import importlib
     from dataclasses import replace
 
@@ -982,7 +992,8 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
     assert [(m, p) for m, p, _ in tried] == [(2, 8.0), (1, 8.0)]
     assert tried[0][2] == pytest.approx(rep[(2,)]["list_latency_s"], rel=1e-12)
     assert tried[1][2] == pytest.approx(rep[(1,)]["list_latency_s"], rel=1e-12)
-    assert tried[1][2] < tried[0][2] and rep[(2, 1)]["min_rows"] == 1
+    assert tried[1][2] != tried[0][2]
+    assert rep[(2, 1)]["min_rows"] == (1 if tried[1][2] < tried[0][2] else 2)
     for bad in ((), (0,), (2, -1)):
         with pytest.raises(SettingsError, match="min_rows"):
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))

@@ -138,7 +138,8 @@ def _input_bytes(lg: LoweredGraph, t: Task) -> float:
 def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     """Per producer task: the bytes of ``t``'s operands assembled from boxes of that
     producer's outputs (an operand that is not one box of one tensor is copied together on
-    ``t``'s core, by its DMA engine, from its local pieces). O(pieces)."""
+    ``t``'s core from its local pieces, by the engine :meth:`Target.copy_unit` names for
+    its elements: :func:`_copy_engine`). O(pieces)."""
     out: dict[int, float] = {}
     for o in t.inputs:
         if o is None or o.whole_piece() is not None:
@@ -148,6 +149,16 @@ def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
             if ph.kind == "op":
                 out[ph.task] = out.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
     return out
+
+
+def _copy_engine(lg: LoweredGraph, t: Task, target: Target) -> tuple[str, float]:
+    """``(unit kind, bytes per second)`` of the engine that assembles ``t``'s operands from
+    local pieces (:meth:`Target.copy_unit` for the item size of its first assembled
+    operand; the emitter picks the same, ``emit``). O(inputs)."""
+    o = next((o for o in t.inputs if o is not None and o.whole_piece() is None), None)
+    itemsize = np.dtype(o.dtype).itemsize if o is not None else 1
+    kind = target.copy_unit(itemsize)
+    return kind, target.copy_bytes_per_s(kind, itemsize)
 
 
 def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5,
@@ -203,7 +214,6 @@ class _Clusterer:
         self.link = 2 * target.noc_link_bytes_per_cycle * target.clock_hz
         self.lat = ASSUMED_HOPS * target.noc_hop_latency_cycles / target.clock_hz
         self.dram = min(target.dram_bytes_per_s, target.units["dma"].throughput * target.clock_hz)
-        self.copy_rate = target.units["dma"].throughput * target.clock_hz
         n = len(lg.tasks)
         self.group = np.full(n, -1, np.int64)
         self.start = np.zeros(n)
@@ -243,6 +253,19 @@ class _Clusterer:
                 for p in e:
                     self.wide_readers[p].append(t)
 
+    def _copy_on(self, g: int, kind: str, ready: float, seconds: float) -> None:
+        """Book a copy of ``seconds`` on the engine of ``kind`` of group ``g`` that frees
+        first, from ``ready`` (with ``insert``, into the earliest gap that holds it)."""
+        units = self.free[g][kind]
+        i = units.index(min(units))
+        if self.insert:
+            tl = self.unit_tl[g][kind][i]
+            st = tl.fit(ready, seconds)
+            tl.add(st, seconds)
+            units[i] = max(units[i], st + seconds)
+        else:
+            units[i] = max(units[i], ready) + seconds
+
     def open_group(self) -> int:
         g = len(self.free)
         self.free.append({k: [0.0] * u.count for k, u in self.target.units.items()})
@@ -281,6 +304,7 @@ class _Clusterer:
             sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
         in_bytes = _input_bytes(lg, t)
         copies = _copied_bytes(lg, t)
+        copy_kind, copy_rate = _copy_engine(lg, t, self.target) if copies else ("dma", 1.0)
         best = None
         thrifty = None
         budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
@@ -322,12 +346,14 @@ class _Clusterer:
                 dma_free = 0.0
                 delta = sum(self.wsize[c] for c in tc) + ws
                 crowded = False
-            # the core's one DMA engine loads the graph-input bands and copies local pieces
+            # the core's one DMA engine loads the graph-input bands; local pieces are copied
+            # by the engine Target.copy_unit names (float32 on the npu preset: a vector engine)
             loaded = max(self.dram_free, dma_free) + in_bytes / self.dram if in_bytes else 0.0
             ready = max([self.end[p] for p in local] + [loaded], default=0.0)
             mine_copied = sum(b for p, b in copies.items() if self.group[p] == g)
             if mine_copied:
-                ready = max(ready, dma_free) + mine_copied / self.copy_rate
+                free = dma_free if copy_kind == "dma" else (min(self.free[g][copy_kind]) if g >= 0 else 0.0)
+                ready = max(ready, free) + mine_copied / copy_rate
             if remote and self.insert:
                 first = max(sent[p] for p in remote)
                 arrive = (self.ingress_tl[g].fit(first, rbytes / self.link) if g >= 0 else first)
@@ -415,6 +441,8 @@ class _Clusterer:
             self.fanin[r].add(g)
         self.start[t.id] = st
         self.end[t.id] = st + t.seconds
+        copies = sum(b for p, b in _copied_bytes(self.lg, t).items() if self.group[p] == g)
+        copy_kind, copy_rate = _copy_engine(self.lg, t, self.target) if copies else ("dma", 1.0)
         units = self.free[g][t.unit]
         if self.insert and t.unit != "dma":
             tls = self.unit_tl[g][t.unit]
@@ -432,8 +460,10 @@ class _Clusterer:
         mine = sum(b for p, b in preds.items() if self.group[p] == g)
         self.wsmax[g] = max(self.wsmax[g], ws + max(0, self.held[g] - int(mine)))
         self.reserved += self.wbytes[g] + self.wsmax[g] - before
+        if copies and copy_kind != "dma":  # booked after t took its unit (a vector task: on the other engine)
+            self._copy_on(g, copy_kind, max([self.end[p] for p in preds if self.group[p] == g]), copies / copy_rate)
+            copies = 0
         in_bytes = _input_bytes(self.lg, t)
-        copies = sum(b for p, b in _copied_bytes(self.lg, t).items() if self.group[p] == g)
         if in_bytes or copies:  # the DMA engine as best_group timed it
             dma = self.free[g]["dma"]
             i = dma.index(min(dma))
@@ -441,7 +471,7 @@ class _Clusterer:
                 dma[i] = max(self.dram_free, dma[i]) + in_bytes / self.dram
             if copies:
                 local = [self.end[p] for p in preds if self.group[p] == g]
-                dma[i] = max([dma[i], *local]) + copies / self.copy_rate
+                dma[i] = max([dma[i], *local]) + copies / copy_rate
         if in_bytes:
             self.dram_free += in_bytes / self.dram
         remote_end = 0.0

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from corefold.backend.executable import DIRECTION_STEP, DIRECTIONS, Core, Route
 from corefold.sim.engine import Engine, Stage
 from corefold.target import Target
@@ -107,6 +109,15 @@ class Machine:
         """Time one DMA engine needs for ``nbytes``."""
         dma = self.target.units["dma"]
         return 0.0 if self.free_dram else nbytes / (dma.throughput * self.target.clock_hz)
+
+    def copy_seconds(self, unit: str, nbytes: float, dtype: str) -> float:
+        """Time engine ``unit`` (``"dma0"``, ``"vector1"``, ...) takes to copy ``nbytes`` of
+        ``dtype`` elements within a core's SRAM (:meth:`Target.copy_seconds`); none on a DMA
+        engine with ``free_dram`` (a copy is no Compute: ``what_if`` "compute" leaves it). O(1)."""
+        kind = unit.rstrip("0123456789")
+        if kind == "dma" and self.free_dram:
+            return 0.0
+        return self.target.copy_seconds(kind, nbytes, np.dtype(dtype).itemsize)
 
     def channel_stage(self, channel: int, nbytes: float) -> Stage:
         """``nbytes`` through DRAM channel ``channel``."""

@@ -29,7 +29,7 @@ Compute        its engine for ``work / (throughput x clock)``; a fused
 DmaLoad        DRAM channel -> each hop of ``route`` -> the DMA engine
 DmaStore       the DMA engine -> each hop -> DRAM channel
 DmaCopy        the DMA engine -> source DRAM channel -> each hop -> destination channel
-Copy           the DMA engine
+Copy           its engine (a DMA engine, or a vector engine at its elements per cycle)
 Send           each hop of ``route`` (bytes at the link's rate, hop latency)
 Signal         each hop with no payload (latencies only)
 Recv, Wait     none (they complete when what they wait for arrived)
@@ -286,7 +286,7 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             args["bytes"] = nbytes
         elif isinstance(ins, Copy):
             nbytes = view_bytes(exe, ins.src, dram=False)
-            stages = [m.unit_stage(p.core, ins.unit, m.dma_seconds(nbytes))]
+            stages = [m.unit_stage(p.core, ins.unit, m.copy_seconds(ins.unit, nbytes, exe.buffers[ins.src.ref].dtype))]
             name = f"copy {exe.buffers[ins.src.ref].name}"
             args["bytes"] = nbytes
         elif isinstance(ins, Send):

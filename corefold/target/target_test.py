@@ -114,3 +114,14 @@ def test_bad_lowering_key_names_the_key(old, new, key):
     assert old in text
     with pytest.raises(TargetError, match=key.replace(".", r"\.")):
         parse_target(text.replace(old, new, 1), "t.toml")
+
+
+def test_a_core_copies_on_the_engine_that_moves_its_elements_fastest():
+    """The npu preset: the DMA engine moves 64 bytes a cycle, each vector engine 64
+    elements: float32 and int16 boxes copy faster on a vector engine, int8 ties (the DMA
+    engine, otherwise idle between loads)."""
+    t = load_target("npu")
+    assert [t.copy_unit(s) for s in (1, 2, 4)] == ["dma", "vector", "vector"]
+    assert t.copy_seconds("dma", 4096, 4) == pytest.approx(64e-9)
+    assert t.copy_seconds("vector", 4096, 4) == pytest.approx(16e-9)
+    assert t.copy_seconds("vector", 4096, 1) == t.copy_seconds("dma", 4096, 1) == pytest.approx(64e-9)
