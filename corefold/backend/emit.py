@@ -287,14 +287,11 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
                 # a streamed epilogue holds this vector engine too
                 k = int(name[len("vector"):])
                 unit_free["vector"][k] = max(unit_free["vector"][k], frees[u] - durations[ev.task]) + seconds
-        elif ev.kind == "copy" and target.copy_unit(plan.buffers[ev.reads[0][0]].dtype.itemsize) != "dma":
+        elif ev.kind == "copy" and (kind := target.copy_unit((dt := plan.buffers[ev.reads[0][0]].dtype).itemsize)) != "dma":
             # the engine that moves these elements fastest (the clustering timed it there)
-            itemsize = plan.buffers[ev.reads[0][0]].dtype.itemsize
-            kind = target.copy_unit(itemsize)
             frees = unit_free[kind]
             u = frees.index(min(frees))
-            frees[u] += target.copy_seconds(kind, _aligned_size(ev.reads[0][3], plan.buffers[ev.reads[0][0]].dtype),
-                                            itemsize)
+            frees[u] += target.copy_seconds(kind, _aligned_size(ev.reads[0][3], dt), dt.itemsize)
             unit = f"{kind}{u}"
         elif ev.kind in ("load", "store", "copy", "dram_copy"):
             unit = f"dma{dma_next % target.units['dma'].count}"
