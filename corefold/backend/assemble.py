@@ -86,7 +86,8 @@ def emit_executable(lg: LoweredGraph, cl: Clustering, core_of: list, position: l
             ops.append(task.op)
     programs, buffers, weights, regions, inputs, outputs = emit(plan, lg, target, task_ops,
                                                                 [task.seconds for task in lg.tasks],
-                                                                settings.dram_interleave)
+                                                                settings.dram_interleave,
+                                                                cl.vector_copies if cl is not None else True)
     return Executable(target_fingerprint(target), programs, buffers, weights, regions, inputs, outputs, ops)
 
 

@@ -164,7 +164,7 @@ def assign_channels(plan: Plan, target: Target) -> dict[tuple, int]:
 
 
 def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None], durations: list[float],
-         interleave: bool = True):
+         interleave: bool = True, vector_copies: bool = True):
     """Programs, buffers, weights, regions and I/O descriptors of the executable.
 
     ``task_ops[t]`` is the op-table index of task ``t`` (None for a gather). ``interleave``:
@@ -214,7 +214,8 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
     recv_view = {ev.tag: ev.writes[0] for cp in plan.cores.values() for ev in cp.events if ev.kind == "recv"}
     programs = []
     for core, cp in plan.cores.items():
-        programs.append(_emit_core(plan, cp, core, target, region_id, regions, task_ops, durations, lg, recv_view))
+        programs.append(_emit_core(plan, cp, core, target, region_id, regions, task_ops, durations, lg, recv_view,
+                                   vector_copies))
 
     inputs = [TensorIO(lg.phys[ph].name, lg.phys[ph].shape, lg.phys[ph].dtype.name, region_id[("input", ph)])
               for ph in lg.inputs]
@@ -231,7 +232,7 @@ def _aligned_size(shape, dtype) -> int:
 
 def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regions: list[DramRegion],
                task_ops: list[int | None], durations: list[float], lg: LoweredGraph,
-               recv_view: dict[int, tuple]) -> CoreProgram:
+               recv_view: dict[int, tuple], vector_copies: bool = True) -> CoreProgram:
     life = lifetimes(plan, cp)
     reuse = _reuse_deps(plan, cp.buffers, life)
     writers: dict[int, list[int]] = {}
@@ -287,7 +288,8 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
                 # a streamed epilogue holds this vector engine too
                 k = int(name[len("vector"):])
                 unit_free["vector"][k] = max(unit_free["vector"][k], frees[u] - durations[ev.task]) + seconds
-        elif ev.kind == "copy" and (kind := target.copy_unit((dt := plan.buffers[ev.reads[0][0]].dtype).itemsize)) != "dma":
+        elif ev.kind == "copy" and (kind := target.copy_unit((dt := plan.buffers[ev.reads[0][0]].dtype).itemsize,
+                                                                     vector_copies)) != "dma":
             # the engine that moves these elements fastest (the clustering timed it there)
             frees = unit_free[kind]
             u = frees.index(min(frees))

@@ -37,7 +37,7 @@ from corefold.backend.lgraph import LoweredGraph, build
 
 # the settings and presets are imported from here too (corefold.backend, the CLI, M1)
 from corefold.backend.lower_settings import DEFAULT, FAST, PRESETS, SEARCH, STRONG, LowerSettings  # noqa: F401
-from corefold.backend.place import Clustering, cluster, place_on_mesh
+from corefold.backend.place import Clustering, cluster, copies_choose_engine, place_on_mesh
 from corefold.backend.tile import tile
 from corefold.errors import CompileError, format_bytes
 from corefold.ir import Graph
@@ -64,7 +64,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
                             settings.bands[0], settings.input_pieces[0]), target)
             _check_weights(lg, target)
             return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0],
-                               settings.insertion[0])
+                               settings.insertion[0], settings.vector_copies[0])
         except _NoRetry as exc:
             # NOTE: smaller pieces copy more weights; the first attempt's failure is the cause
             raise error or CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
@@ -121,6 +121,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"min_rows: one whole number or more, each >= 1, got {list(settings.min_rows)}")
     if not settings.insertion:
         raise SettingsError("insertion: one value or more (False, True), got none")
+    if not settings.vector_copies:
+        raise SettingsError("vector_copies: one value or more (True, False), got none")
     if not settings.bands:
         raise SettingsError("bands: one value or more (False, True), got none")
     if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
@@ -251,15 +253,27 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     for value in settings.insertion[1:] if trials_on and len(lg.tasks) <= settings.trial_knobs_tasks else ():
         # NOTE: with the fastest pair only: every pair with both would double the trials
         say(f"trial: clustering with insertion {'on' if value else 'off'}")
-        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom, value),
-                                        target, settings, times, timed)
+        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom, value,
+                                                settings.vector_copies[0]), target, settings, times, timed)
         insertion_tried.append([value, result])
         if other is not None and other.latency < trial.latency:
             trial, insertion = other, value
     if insertion_tried:
         insertion_tried.insert(0, [settings.insertion[0], next(
             (x[2] for x in tried if x[:2] == [spread, headroom]), None)])
-    settings = replace(settings, insertion=(insertion,))  # the tilings below cluster with it
+    vector, vector_tried, before = settings.vector_copies[0], [], trial.result
+    knobs_on = trials_on and len(lg.tasks) <= settings.trial_knobs_tasks
+    for value in settings.vector_copies[1:] if knobs_on and copies_choose_engine(lg, target) else ():
+        say(f"trial: local copies on {'the engine that moves them fastest' if value else 'the DMA engine'}")
+        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom,
+                                                insertion, value), target, settings, times, timed)
+        vector_tried.append([value, result])
+        if other is not None and other.latency < trial.latency:
+            trial, vector = other, value
+    if vector_tried:
+        vector_tried.insert(0, [settings.vector_copies[0], before])
+    # the tilings below cluster with both choices
+    settings = replace(settings, insertion=(insertion,), vector_copies=(vector,))
     lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = _other_tilings(
         graph, target, settings, lg, trial, spread, headroom, trials_on, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
@@ -305,6 +319,9 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     order_report["shared_in_place"], order_report["shared_tried"] = shared, shared_tried
     order_report["spread"], order_report["headroom"] = spread, headroom
     order_report["insertion"] = insertion
+    order_report["vector_copies"] = vector
+    if vector_tried:
+        order_report["vector_copies_tried"] = vector_tried  # [vector_copies, list latency or error]
     if insertion_tried:
         order_report["insertion_tried"] = insertion_tried  # [insertion, list latency or error]
     order_report["min_rows"], order_report["pieces_per_core"] = min_rows, pieces
@@ -412,7 +429,7 @@ def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: Low
         say(f"cluster: spread {spread:g} headroom {headroom:g}")
         t = time.perf_counter()
         try:
-            other = cluster(lg, target, settings.acyclic, spread, headroom)
+            other = cluster(lg, target, settings.acyclic, spread, headroom, False, settings.vector_copies[0])
         except CompileError as exc:
             tried.append([spread, headroom, str(exc)])
             continue

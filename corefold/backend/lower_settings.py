@@ -63,7 +63,13 @@ class LowerSettings:
             faster; the tilings tried after it cluster with the value kept: int8 ResNet-18
             119.3 -> 109.4 us and MobileNetV3 34.8 -> 34.0 with it, int8 SqueezeNet 40.6 ->
             53.9 and Inception v1 123.6 -> 129.8 without a choice.
-        trial_knobs_tasks: the trials of ``insertion``, ``bands`` and ``input_pieces`` run on
+        vector_copies: a core's local copies on the engine ``Target.copy_unit`` names (True: a
+            vector engine for float32 on the ``npu`` preset, 4x the DMA engine's bytes a cycle)
+            or on the DMA engine (False); each further value is tried like ``insertion``, after
+            it: the float rows of ``bench/backend.py`` gain with it (Inception v1 495.6 -> 426.1
+            us), while on the 4-core ``npu-2x2`` some of M1's float ResNet-50 executables,
+            bound by DRAM staging, lose (250.2 -> 398.7 us).
+        trial_knobs_tasks: the trials of ``insertion``, ``vector_copies``, ``bands`` and ``input_pieces`` run on
             graphs whose tiling has at most this many tasks: each costs a clustering or a tiling
             and a timed trial (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in
             19.4 s with the two tilings, against the 20 s goal, for 98.3 -> 96.4 us); the int8
@@ -103,6 +109,7 @@ class LowerSettings:
     bands: tuple[bool, ...] = (False, True)
     input_pieces: tuple[int, ...] = (0, 32)
     insertion: tuple[bool, ...] = (False, True)
+    vector_copies: tuple[bool, ...] = (True, False)
     trial_knobs_tasks: int = 1200
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0,)

@@ -637,7 +637,7 @@ def test_a_searched_order_that_does_not_fit_leaves_the_list_order(monkeypatch):
     t = load_target("npu-2x2")  # on npu the search changes no core of this chain
     # one clustering and tiling (spread 1.5 leaves the search something to change): its list orders are emitted first
     one = replace(lower_mod.DEFAULT, headroom=(0.0,), spread=(1.5,), min_rows=(2,), trial_pieces=(), bands=(False,),
-                  input_pieces=(0,), insertion=(False,))
+                  input_pieces=(0,), insertion=(False,), vector_copies=(True,))
     plain = lower(g, t, one)
     assert plain.meta["order"]["improved_cores"] > 0
     assemble = importlib.import_module("corefold.backend.assemble")
@@ -806,6 +806,7 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     the list orders both ways and keeps the one the timed simulation runs faster."""
     import importlib
     import re
+    from dataclasses import replace
 
     from corefold.backend.assemble import emit_executable
     from corefold.backend.executable import Copy
@@ -844,7 +845,7 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
     for exe in exes.values():
         check_executable(exe, t)
         assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
-    exe = lower(g, t, lower_mod.DEFAULT)
+    exe = lower(g, t, replace(lower_mod.DEFAULT, vector_copies=(True,)))  # the copies as emitted above
     rep = exe.meta["order"]
     latency = {}
     for s in (False, True):
@@ -1368,3 +1369,31 @@ output y
     want = np.array([1.5, -1.0, 0.0, 63.5], np.float32)
     np.testing.assert_array_equal(run_executable(exe, {})["y"], want)
     np.testing.assert_array_equal(run_simulation(exe, {}, t).outputs["y"], want)
+
+
+def test_local_copies_on_a_vector_engine_or_the_dma_engine_are_tried_and_the_faster_kept():
+    """``vector_copies`` (True, False): a float chain of row-cut 3 x 3 Convs whose bands are
+    assembled from local pieces is clustered and emitted with those copies on a vector
+    engine, then on the DMA engine; each tried latency is that lowering's alone, the faster
+    is kept, and every executable computes the executor's outputs. An int8 graph, whose
+    copies stay on the DMA engine either way, reports no such trial."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.executable import Copy
+    from corefold.backend.tile_test import _fire
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    t = load_target("npu")
+    one = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(), bands=(False,),
+                  input_pieces=(0,), insertion=(False,))
+    g = _conv_chain(16, 64, 3)
+    _knob_trial_keeps_the_faster(g, t, one, "vector_copies", (True, False))
+    for vector in (True, False):
+        exe = lower(g, t, replace(one, vector_copies=(vector,), trial_tasks=0))
+        units = {i.unit.rstrip("0123456789") for p in exe.programs for i in p.instructions if isinstance(i, Copy)}
+        assert units == {"vector" if vector else "dma"}
+    q = lower(_fire(), t, one)
+    assert "vector_copies_tried" not in q.meta["order"] and q.meta["order"]["vector_copies"] is True
+    with pytest.raises(SettingsError, match="vector_copies"):
+        lower(g, t, replace(one, vector_copies=()))

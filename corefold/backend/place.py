@@ -100,6 +100,8 @@ class Clustering:
     #: whether the ``spread`` rule ever kept a fresh group from the candidates (while cores
     #: and the weights' reserve allowed one): if not, any larger spread gives this one again
     spread_limited: bool = True
+    #: whether local copies go to the engine ``Target.copy_unit`` names (else the DMA engine)
+    vector_copies: bool = True
 
 
 def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
@@ -151,18 +153,25 @@ def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     return out
 
 
-def _copy_engine(lg: LoweredGraph, t: Task, target: Target) -> tuple[str, float]:
+def _copy_engine(lg: LoweredGraph, t: Task, target: Target, vector: bool = True) -> tuple[str, float]:
     """``(unit kind, bytes per second)`` of the engine that assembles ``t``'s operands from
     local pieces (:meth:`Target.copy_unit` for the item size of its first assembled
     operand; the emitter picks the same, ``emit``). O(inputs)."""
     o = next((o for o in t.inputs if o is not None and o.whole_piece() is None), None)
     itemsize = np.dtype(o.dtype).itemsize if o is not None else 1
-    kind = target.copy_unit(itemsize)
+    kind = target.copy_unit(itemsize, vector)
     return kind, target.copy_bytes_per_s(kind, itemsize)
 
 
+def copies_choose_engine(lg: LoweredGraph, target: Target) -> bool:
+    """Whether some task assembles an operand whose copy ``Target.copy_unit`` would put on a
+    vector engine (so that ``cluster(vector_copies=...)`` changes anything; an int8 graph on
+    the ``npu`` preset has none). O(tasks + pieces)."""
+    return any(_copied_bytes(lg, t) and _copy_engine(lg, t, target)[0] != "dma" for t in lg.tasks)
+
+
 def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5,
-            headroom: float = 0.0, insert: bool = False) -> Clustering:
+            headroom: float = 0.0, insert: bool = False, vector_copies: bool = True) -> Clustering:
     """Tasks onto groups (module docstring).
 
     A fresh group opens only while the groups open stay within ``spread`` times the
@@ -188,19 +197,24 @@ def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: floa
     faster (int8 ResNet-18 119.3 -> 109.4 us) and others slower (int8 SqueezeNet 40.6 ->
     53.9), so the lowering tries both. The DMA engine and DRAM stay queues in file order.
 
+    ``vector_copies``: a task's operands assembled from local pieces are copied on the
+    engine ``Target.copy_unit`` names (a vector engine for float32 on the ``npu`` preset),
+    else on the DMA engine; the emitter follows (:attr:`Clustering.vector_copies`).
+
     Raises:
         CompileError: ``core count`` when the tasks need more cores than the target has
             usable; ``SRAM`` when one task's weights and working set exceed a core;
             ``NoC buffers`` when a task reads from more cores than a core can receive from.
     """
-    return _Clusterer(lg, target, acyclic, spread, headroom, insert).run()
+    return _Clusterer(lg, target, acyclic, spread, headroom, insert, vector_copies).run()
 
 
 class _Clusterer:
     def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float, headroom: float = 0.0,
-                 insert: bool = False):
+                 insert: bool = False, vector_copies: bool = True):
         self.lg = lg
         self.insert = insert
+        self.vector_copies = vector_copies
         self.target = target
         self.acyclic = acyclic
         self.spread = spread
@@ -304,7 +318,7 @@ class _Clusterer:
             sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
         in_bytes = _input_bytes(lg, t)
         copies = _copied_bytes(lg, t)
-        copy_kind, copy_rate = _copy_engine(lg, t, self.target) if copies else ("dma", 1.0)
+        copy_kind, copy_rate = _copy_engine(lg, t, self.target, self.vector_copies) if copies else ("dma", 1.0)
         best = None
         thrifty = None
         budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
@@ -433,7 +447,8 @@ class _Clusterer:
                     remaining_w -= self.wsize[c]
         kept = [(self.cap - w) / m - 1 for w, m in zip(self.wbytes, self.wsmax, strict=True) if w > 0 and m > 0]
         return Clustering(self.group, self.start, self.end, len(self.free), self.consts, self.traffic,
-                          float(self.end.max(initial=0.0)), min(kept, default=math.inf), limited)
+                          float(self.end.max(initial=0.0)), min(kept, default=math.inf), limited,
+                          self.vector_copies)
 
     def assign(self, t: Task, g: int, st: float, tc: list[int], ws: int, preds: dict[int, float]) -> None:
         self.group[t.id] = g
@@ -442,7 +457,7 @@ class _Clusterer:
         self.start[t.id] = st
         self.end[t.id] = st + t.seconds
         copies = sum(b for p, b in _copied_bytes(self.lg, t).items() if self.group[p] == g)
-        copy_kind, copy_rate = _copy_engine(self.lg, t, self.target) if copies else ("dma", 1.0)
+        copy_kind, copy_rate = _copy_engine(self.lg, t, self.target, self.vector_copies) if copies else ("dma", 1.0)
         units = self.free[g][t.unit]
         if self.insert and t.unit != "dma":
             tls = self.unit_tl[g][t.unit]

@@ -119,14 +119,15 @@ class Target:
     def unit(self, kind: str) -> Unit:
         return self.units[kind]
 
-    def copy_unit(self, itemsize: int) -> str:
+    def copy_unit(self, itemsize: int, vector: bool = True) -> str:
         """The unit kind that copies a box of ``itemsize``-byte elements between two SRAM
-        buffers of one core fastest: ``"dma"`` (``bytes_per_cycle``) or ``"vector"``
-        (``elements_per_cycle``, so ``itemsize`` times as many bytes), the DMA engine on a
-        tie (it is otherwise idle between loads). On the ``npu`` preset a float32 box goes to
-        a vector engine (256 bytes a cycle against 64), an int8 box to the DMA engine. O(1)."""
+        buffers of one core fastest: ``"dma"`` (``bytes_per_cycle``) or, with ``vector``,
+        ``"vector"`` (``elements_per_cycle``, so ``itemsize`` times as many bytes), the DMA
+        engine on a tie (it is otherwise idle between loads). On the ``npu`` preset a float32
+        box goes to a vector engine (256 bytes a cycle against 64), an int8 box to the DMA
+        engine. O(1)."""
         dma, vec = self.units.get("dma"), self.units.get("vector")
-        if vec is not None and (dma is None or vec.throughput * itemsize > dma.throughput):
+        if vector and vec is not None and (dma is None or vec.throughput * itemsize > dma.throughput):
             return "vector"
         return "dma"
 
