@@ -199,6 +199,9 @@ def test_broken_programs_are_internal_errors():
     b.add((1, 0), Copy("dma3", b.view(d), b.view(d)))
     with pytest.raises(ProgramError, match="no engine 'dma3'"):
         run_simulation(b.build(), {}, t)
+    b.programs[(1, 0)].instructions[-1] = Copy("matrix0", b.view(d), b.view(d))
+    with pytest.raises(ProgramError, match="a copy on engine 'matrix0'"):
+        run_simulation(b.build(), {}, t)
 
 
 def test_a_copy_takes_its_engine_s_time_and_a_vector_engine_counts_elements():

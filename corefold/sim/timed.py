@@ -177,6 +177,9 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             if unit is not None:
                 if (p.core, unit) not in m.units:
                     raise ProgramError(f"core {p.core} instruction {j}: no engine '{unit}' on this core")
+                if isinstance(ins, Copy) and unit.rstrip("0123456789") not in ("dma", "vector"):
+                    raise ProgramError(f"core {p.core} instruction {j}: a copy on engine '{unit}' (only a DMA or "
+                                       "vector engine copies)")
                 if unit in last_on:
                     dep_nodes.append(2 * last_on[unit])
                 last_on[unit] = flat
