@@ -249,29 +249,18 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
     (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
-    insertion, insertion_tried = settings.insertion[0], []
-    for value in settings.insertion[1:] if trials_on and len(lg.tasks) <= settings.trial_knobs_tasks else ():
-        # NOTE: with the fastest pair only: every pair with both would double the trials
-        say(f"trial: clustering with insertion {'on' if value else 'off'}")
-        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom, value,
-                                                settings.vector_copies[0]), target, settings, times, timed)
-        insertion_tried.append([value, result])
-        if other is not None and other.latency < trial.latency:
-            trial, insertion = other, value
-    if insertion_tried:
-        insertion_tried.insert(0, [settings.insertion[0], next(
-            (x[2] for x in tried if x[:2] == [spread, headroom]), None)])
-    vector, vector_tried, before = settings.vector_copies[0], [], trial.result
     knobs_on = trials_on and len(lg.tasks) <= settings.trial_knobs_tasks
-    for value in settings.vector_copies[1:] if knobs_on and copies_choose_engine(lg, target) else ():
-        say(f"trial: local copies on {'the engine that moves them fastest' if value else 'the DMA engine'}")
-        result, _, other = _alternative(partial(_reclustered, lg, target, settings.acyclic, spread, headroom,
-                                                insertion, value), target, settings, times, timed)
-        vector_tried.append([value, result])
-        if other is not None and other.latency < trial.latency:
-            trial, vector = other, value
-    if vector_tried:
-        vector_tried.insert(0, [settings.vector_copies[0], before])
+    # NOTE: with the fastest pair only: every pair with both would double the trials
+    insertion, trial, insertion_tried = _clustering_knob(
+        settings.insertion if knobs_on else settings.insertion[:1], trial,
+        lambda value: _reclustered(lg, target, settings.acyclic, spread, headroom, value, settings.vector_copies[0]),
+        target, settings, times, timed, lambda value: f"trial: clustering with insertion {'on' if value else 'off'}", say)
+    vector, trial, vector_tried = _clustering_knob(
+        settings.vector_copies if knobs_on and copies_choose_engine(lg, target) else settings.vector_copies[:1], trial,
+        lambda value: _reclustered(lg, target, settings.acyclic, spread, headroom, insertion, value),
+        target, settings, times, timed,
+        lambda value: f"trial: local copies on {'the engine that moves them fastest' if value else 'the DMA engine'}",
+        say)
     # the tilings below cluster with both choices
     settings = replace(settings, insertion=(insertion,), vector_copies=(vector,))
     lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = _other_tilings(
@@ -370,6 +359,24 @@ class _Trial:
 def _reclustered(lg: LoweredGraph, *args) -> tuple[LoweredGraph, Clustering]:
     """``lg`` and its :func:`~corefold.backend.place.cluster` with ``args``."""
     return lg, cluster(lg, *args)
+
+
+def _clustering_knob(values: tuple, trial: _Trial, make: Callable[[object], tuple[LoweredGraph, Clustering]],
+                     target: Target, settings: LowerSettings, times: dict, timed: bool,
+                     label: Callable[[object], str], say: Callable[[str], None]) -> tuple[object, _Trial, list]:
+    """``(value kept, its trial, [[value, list latency or error], ...])`` of a clustering knob
+    (``insertion``, ``vector_copies``): ``trial``, clustered with ``values[0]``, against the
+    clustering ``make(value)`` of each further value; the faster list executable is kept (the
+    first on a tie). No further value: ``(values[0], trial, [])``. O(values) clusterings and
+    trials."""
+    kept, first, tried = values[0], trial.result, []
+    for value in values[1:]:
+        say(label(value))
+        result, _, other = _alternative(partial(make, value), target, settings, times, timed)
+        tried.append([value, result])
+        if other is not None and other.latency < trial.latency:
+            trial, kept = other, value
+    return kept, trial, [[values[0], first], *tried] if tried else []
 
 
 def _alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Target, settings: LowerSettings,
