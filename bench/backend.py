@@ -189,7 +189,8 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
                binding=sim.roofline.binding, sram_peak=max(used) / r.sram_capacity_bytes,
                sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
                instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
-               dram_bytes=r.dram_bytes, explain=explain(sim))
+               dram_bytes=r.dram_bytes, explain=explain(sim), tasks=exe.meta.get("tasks"),
+               lowering=exe.meta.get("order"))
     if what_if:
         from corefold.sim.timed import time_executable
 

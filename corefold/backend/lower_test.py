@@ -590,7 +590,8 @@ def test_the_searched_core_orders_are_kept_only_when_the_chip_runs_them_faster()
 def test_tuning_times_every_pair_and_keeps_the_fastest():
     """``tune_pieces`` x ``tune_efforts`` x ``min_rows``: each lowered without the search and
     timed (the recorded latencies are those of the same lowering done alone); the executable
-    is the fastest one's, lowered again with the search, so it is no slower than that one."""
+    is the faster of the fastest one's, lowered again with the search (no slower than that
+    one), and the settings lowered untuned."""
     from dataclasses import replace
 
     from corefold.backend.lower import DEFAULT
@@ -619,8 +620,13 @@ def test_tuning_times_every_pair_and_keeps_the_fastest():
     assert latency(exe) <= best["latency_s"] * (1 + 1e-12)
     again = lower(g, t, replace(DEFAULT, pieces_per_core=best["pieces_per_core"],
                                 placement_effort=best["placement_effort"], headroom=(best["headroom"],),
-                                spread=(best["spread"],), min_rows=(best["min_rows"],)))
-    assert latency(exe) == pytest.approx(latency(again), rel=1e-12)
+                                spread=(best["spread"],), min_rows=(best["min_rows"],), trial_pieces=()))
+    plain = lower(g, t, DEFAULT)  # the settings untuned, every trial on their own
+    final = exe.meta["tuning_final"]
+    assert final["tuned_s"] == pytest.approx(latency(again), rel=1e-12)
+    assert final["untuned_s"] == pytest.approx(latency(plain), rel=1e-12)
+    assert latency(exe) == pytest.approx(min(latency(again), latency(plain)), rel=1e-12)
+    assert final["kept"] == ("untuned" if latency(plain) < latency(again) else "tuned")
     feeds = random_inputs(g, 0)
     assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
 
@@ -1397,3 +1403,43 @@ def test_local_copies_on_a_vector_engine_or_the_dma_engine_are_tried_and_the_fas
     assert "vector_copies_tried" not in q.meta["order"] and q.meta["order"]["vector_copies"] is True
     with pytest.raises(SettingsError, match="vector_copies"):
         lower(g, t, replace(one, vector_copies=()))
+
+
+def test_further_placement_seeds_are_tried_on_the_kept_clustering_and_the_fastest_kept():
+    """``trial_seeds`` (1, 2, 3): the kept tiling and clustering are placed on the mesh again
+    with each seed; each tried latency is that of lowering with the seed alone (no trials
+    either way, the same clustering), the fastest is kept and reported as ``seed``, and every
+    executable computes the executor's outputs. Without the order search (nothing timed), or
+    with ``trial_seeds`` empty (the default preset), no seed is tried; a negative seed is a
+    SettingsError."""
+    import importlib
+    from dataclasses import replace
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    t = load_target("npu")
+    one = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(), bands=(False,),
+                  input_pieces=(0,), insertion=(False,), vector_copies=(True,))
+    g = _conv_chain(16, 64, 3)
+    feeds = random_inputs(g, 0)
+    want = run(g, feeds)
+    alone = {}
+    for seed in (0, 1, 2, 3):
+        exe = lower(g, t, replace(one, seed=seed))
+        assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+        assert exe.meta["order"]["seed"] == seed and "seeds_tried" not in exe.meta["order"]
+        alone[seed] = exe.meta["order"]["list_latency_s"]
+    assert len(set(alone.values())) > 1  # the seed moves the groups, and the latency
+    exe = lower(g, t, replace(one, trial_seeds=(1, 2, 3)))
+    check_executable(exe, t)
+    assert max_relative_error(want, run_executable(exe, feeds)) <= 1e-5
+    rep = exe.meta["order"]
+    assert [s for s, _ in rep["seeds_tried"]] == [0, 1, 2, 3]
+    for seed, latency in rep["seeds_tried"]:
+        assert latency == pytest.approx(alone[seed], rel=1e-12)
+    assert rep["seed"] == min(alone, key=lambda s: (alone[s], s))
+    assert rep["list_latency_s"] == pytest.approx(min(alone.values()), rel=1e-12)
+    untimed = lower(g, t, replace(one, trial_seeds=(1, 2, 3), order_budget_seconds=0.0))
+    assert untimed.meta["order"]["seed"] == 0 and "seeds_tried" not in untimed.meta["order"]
+    assert lower_mod.DEFAULT.trial_seeds == () and lower_mod.STRONG.trial_seeds == (1, 2, 3)
+    with pytest.raises(SettingsError, match="trial_seeds"):
+        lower(g, t, replace(one, trial_seeds=(-1,)))
