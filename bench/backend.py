@@ -190,7 +190,7 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
                sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
                instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
                dram_bytes=r.dram_bytes, explain=explain(sim), tasks=exe.meta.get("tasks"),
-               lowering=exe.meta.get("order"))
+               lowering=exe.meta.get("order"), tuning=exe.meta.get("tuning_final"))
     if what_if:
         from corefold.sim.timed import time_executable
 
