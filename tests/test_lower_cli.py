@@ -48,6 +48,13 @@ def test_lower_prints_the_executables_own_numbers(lowered):
     assert report["sram_extent_bytes"] == [max(b.end for b in exe.buffers if b.core == c) for c in exe.cores]
     assert max(report["sram_extent_bytes"]) <= report["sram_capacity_bytes"]
     assert report["weight_bytes"] == sum(w.data.nbytes for w in exe.weights.values()) > 0
+    # what the fast preset chose: its first clustering and tiling, seed 0, nothing tried
+    from corefold.backend.lower import FAST
+
+    trials = report["trials"]
+    assert (trials["spread"], trials["headroom"], trials["seed"]) == (FAST.spread[0], FAST.headroom[0], FAST.seed)
+    assert not any(k.endswith("_tried") and isinstance(v, list) for k, v in trials.items())
+    assert trials["shared_tried"] is False and "tuning" not in report
 
 
 def test_the_executable_runs_in_sim_and_matches_onnx_runtime(lowered, capsys):

@@ -144,7 +144,8 @@ def _progress(quiet: bool):
 def lowering_summary(exe, target, seconds: float, file_bytes: int) -> dict:
     """The executable's :meth:`~corefold.backend.Executable.summary` plus, per core, its
     instructions and the SRAM its buffers reach (the highest address, which bounds the
-    live bytes at any time), the capacity, the weights' dtypes and the lowering times."""
+    live bytes at any time), the capacity, the weights' dtypes, the lowering times, and what
+    the lowering chose and tried (``trials``; with the strong preset, ``tuning``)."""
     from collections import Counter
 
     summary = exe.summary()
@@ -165,7 +166,12 @@ def lowering_summary(exe, target, seconds: float, file_bytes: int) -> dict:
         "file_bytes": file_bytes,
         "lower_wall_s": round(seconds, 4),
         "lower_seconds": exe.meta.get("lower_seconds", {}),
+        # what the lowering chose and what each trial measured (spread, headroom, min_rows,
+        # pieces, seed, ..., and each *_tried list of [value, list latency or error])
+        "trials": exe.meta.get("order", {}),
     })
+    if "tuning_final" in exe.meta:  # the strong preset: its tuned pair against its settings untuned
+        summary["tuning"] = {"pairs": exe.meta.get("tuning", []), "final": exe.meta["tuning_final"]}
     return summary
 
 
