@@ -257,7 +257,7 @@ def _repeats(spread: float, headroom: float, made: list[tuple[float, float, floa
 def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Callable[[str], None]) -> Executable:
     from corefold.backend.order import order_tasks
 
-    times: dict[str, float] = {}
+    times: dict[str, float] = {EMITTED: 0}
     say(f"tile and cluster ({settings.pieces_per_core:g} pieces per core)")
     t0 = time.perf_counter()
     lg, cl = _prepare(graph, target, settings)
@@ -297,7 +297,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         # follows. Float EfficientNet-B0 505.8 -> 443.6 us; float Inception v1, 542.4 ->
         # 590.1 with sharing alone, keeps the strict rule.
         alt: tuple[dict, dict, dict] = ({}, {}, {})
-        assemble_into(*alt, "list", lg, cl, core_of, base, target, settings, timed=True, shared=True)
+        times[EMITTED] += assemble_into(*alt, "list", lg, cl, core_of, base, target, settings, timed=True, shared=True)
         if "list" in alt[0] and ("list" not in built or alt[0]["list"][0] < built["list"][0]):
             built, errors, shared = alt[0], alt[1], True
             arrival = arrival_times(lg, cl, *alt[2]["list"])
@@ -313,8 +313,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         # moves other cores' work. The whole chip's timed simulation decides; an order whose
         # executable does not fit the cores is dropped (the lowering fails only when both do).
         say("emit and time the searched orders")
-        assemble_into(built, errors, {}, "search", lg, cl, core_of, position, target, settings, timed=True,
-                      shared=shared)
+        times[EMITTED] += assemble_into(built, errors, {}, "search", lg, cl, core_of, position, target, settings,
+                                        timed=True, shared=shared)
     if timed:
         names = {"search": "searched", "list": "list"}
         order_report.update({f"{names[k]}_latency_s": v[0] for k, v in built.items()})
@@ -349,7 +349,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         "spills": sum(1 for r in exe.regions if r.kind == "spill"),
         "estimated_makespan_s": cl.makespan, "clustering_headroom": cl.headroom if math.isfinite(cl.headroom) else None,
         "clustering_spread_limited": cl.spread_limited, "order": order_report,
-        "lower_seconds": {k: round(v, 4) for k, v in times.items()},
+        "lower_seconds": {k: round(v, 4) for k, v in times.items() if k != EMITTED},
+        "emitted_instructions": times[EMITTED],
     })
     return exe
 
@@ -434,7 +435,9 @@ def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSett
     base, report = order_tasks(lg, cl, core_of, target, 0.0)
     trial = _Trial(cl, core_of, base, report)
     runs: dict = {}
-    assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target, settings, timed=timed)
+    emitted = assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target, settings,
+                            timed=timed)
+    times[EMITTED] = times.get(EMITTED, 0) + emitted
     if "list" in runs:
         trial.arrival = arrival_times(lg, cl, *runs["list"])
     times["order"] = times.get("order", 0.0) + time.perf_counter() - t
@@ -523,22 +526,36 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
     return lg, trial, kept, pieces, tried, chosen, knobs_tried
 
 
+#: ``times`` key of the instructions the lowering emitted so far (not a time; see
+#: ``LowerSettings.trial_budget``)
+EMITTED = "emitted_instructions"
+#: Executables emitted after the seeds' trials: the sharing trial and the searched orders.
+FOLLOWING = 2
+
+
 def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: LowerSettings, trials_on: bool,
                      timed: bool, times: dict, say: Callable[[str], None]) -> tuple[int, _Trial, list]:
     """``(seed kept, its trial, [[seed, list latency or error], ...])``: the kept clustering
-    placed on the mesh again with each of ``settings.trial_seeds`` (when the trials run), the
-    faster list executable kept (the first on a tie). O(seeds) placements and trials."""
+    placed on the mesh again with each of ``settings.trial_seeds`` (when the trials run) while
+    the instructions emitted so far, plus what this seed and the two executables after it
+    will emit, stay within ``settings.trial_budget``; the faster list executable kept (the
+    first on a tie). O(seeds) placements and trials."""
     seeds = list(dict.fromkeys(s for s in settings.trial_seeds if s != settings.seed))
-    if not (trials_on and timed and seeds):
+    if not (trials_on and timed and seeds and "list" in trial.built):
         return settings.seed, trial, []
     kept, tried = settings.seed, [[settings.seed, trial.result]]
+    # NOTE: a seed emits about the kept executable's instructions, and so do the sharing
+    # trial and the searched orders after it (FOLLOWING)
+    size = sum(len(p.instructions) for p in trial.built["list"][1].programs)
     for seed in seeds:
+        if times[EMITTED] + (1 + FOLLOWING) * size > settings.trial_budget:
+            break
         say(f"trial: mesh placement with seed {seed}")
         other = _trial(lg, trial.cl, target, replace(settings, seed=seed), timed, times)
         tried.append([seed, other.result])
         if other.latency < trial.latency:
             trial, kept = other, seed
-    return kept, trial, tried
+    return kept, trial, tried if len(tried) > 1 else []
 
 
 def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:
