@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=("fast", "default", "strong"), default="default",
                    help="effort: fast (no order search), default, strong (tunes pieces, placement effort and clustering "
                         "on the timed simulation; 3-18x the time) (default: default)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the mesh placement (default 0)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the mesh placement (default 0); the default and strong presets also "
+                   "try the seeds of trial_seeds (1, 2, 3) and keep the fastest: --set trial_seeds= for this one alone")
     add_settings_arguments(p, SETTINGS)
     p.add_argument("--plot", metavar="placed.png", help="draw the placement on the mesh (needs matplotlib)")
     p.add_argument("--report", metavar="lower.json", help="write the executable's summary and lowering statistics")
