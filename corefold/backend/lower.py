@@ -222,10 +222,8 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[
                                        headroom=(best["headroom"],), min_rows=(best["min_rows"],),
                                        trial_pieces=()), progress=say)
     tuned_s = run_latency(time_executable(exe, target))
-    # NOTE: the pairs are timed without the trials the untuned lowering runs on its own tiling
-    # (other piece counts, bands, a finer input cut, insertion, ...): at stop 43 that
-    # lowering ran the int8 SqueezeNet 35.5 us against the tuned pair's 37.8, so the faster
-    # of the two is kept and the preset is never slower than its settings untuned
+    # NOTE: the pairs are timed without the trials an untuned lowering runs (int8 SqueezeNet,
+    # stop 43: 35.5 us untuned, 37.8 tuned): the faster of the two is kept
     say("the settings untuned, with the order search")
     try:
         plain = lower(graph, target, untuned, progress=say)
@@ -496,7 +494,7 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
     kept, pieces = settings.min_rows[0], settings.pieces_per_core
     tried: list[list] = [[kept, pieces, trial.result]]
     variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
-    if len(lg.tasks) <= settings.trial_pieces_tasks:
+    if len(lg.tasks) <= settings.trial_pieces_tasks or _pieces_fit_budget(trial, settings, times):
         variants += [(None, p) for p in settings.trial_pieces if p != pieces]
     for m, p in variants if trials_on else ():
         m = kept if m is None else m  # the pieces' trials follow the min_rows kept
@@ -526,11 +524,21 @@ def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: Lo
     return lg, trial, kept, pieces, tried, chosen, knobs_tried
 
 
-#: ``times`` key of the instructions the lowering emitted so far (not a time; see
-#: ``LowerSettings.trial_budget``)
+#: ``times`` key of the instructions emitted so far (not a time: ``LowerSettings.trial_budget``)
 EMITTED = "emitted_instructions"
 #: Executables emitted after the seeds' trials: the sharing trial and the searched orders.
 FOLLOWING = 2
+
+
+def _pieces_fit_budget(trial: _Trial, settings: LowerSettings, times: dict) -> bool:
+    """Whether ``settings.trial_pieces`` fit ``settings.trial_budget`` (a graph past
+    ``trial_pieces_tasks``): emitted so far, the ``min_rows`` trials (the first tiling's
+    executable each), 1.4 times it for each pieces trial and the four that may follow. O(1)."""
+    if "list" not in trial.built or not settings.trial_pieces:
+        return False
+    size = sum(len(p.instructions) for p in trial.built["list"][1].programs)
+    need = size * (len(settings.min_rows) - 1) + 1.4 * size * (len(settings.trial_pieces) + 2 + FOLLOWING)
+    return times.get(EMITTED, 0) + need <= settings.trial_budget
 
 
 def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: LowerSettings, trials_on: bool,
@@ -544,8 +552,7 @@ def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: 
     if not (trials_on and timed and seeds and "list" in trial.built):
         return settings.seed, trial, []
     kept, tried = settings.seed, [[settings.seed, trial.result]]
-    # NOTE: a seed emits about the kept executable's instructions, and so do the sharing
-    # trial and the searched orders after it (FOLLOWING)
+    # NOTE: a seed emits about the kept executable's instructions, as do the FOLLOWING builds
     size = sum(len(p.instructions) for p in trial.built["list"][1].programs)
     for seed in seeds:
         if times[EMITTED] + (1 + FOLLOWING) * size > settings.trial_budget:

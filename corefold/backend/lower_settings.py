@@ -108,7 +108,12 @@ class LowerSettings:
             slower one: on the bench the int8 Inception v1 (130k before any seed) and
             ResNet-18 try none, the int8 EfficientNet-B0 two, the other six rows all three
             (int8 SqueezeNet 35.5 -> 35.0 us, MobileNetV3 34.8 -> 34.6, float SqueezeNet
-            71.4 -> 69.2, int8 EfficientNet-B0 98.3 -> 98.1; lowering at most 17.1 s).
+            71.4 -> 69.2, int8 EfficientNet-B0 98.3 -> 98.1; lowering at most 17.1 s). The
+            ``trial_pieces`` run past ``trial_pieces_tasks`` too when they fit it (the
+            instructions emitted so far, the ``min_rows`` trials, and 1.4 times the first
+            tiling's executable for each pieces trial and the four executables that may follow
+            it): the float EfficientNet-B0 (1197 tasks) then keeps 16 pieces, 225.5 -> 209.6 us,
+            lowered in 13.6 s; the int8 Inception v1 and EfficientNet-B0 do not fit.
         tune_pieces, tune_efforts: values of ``pieces_per_core`` and ``placement_effort``
             to try, every pair of them (an empty one: the setting's own value); the pair
             whose executable (list-scheduling orders) the timed simulation runs fastest is

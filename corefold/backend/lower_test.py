@@ -1070,8 +1070,8 @@ def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is
     3 convolutions of 16 channels over 32 x 32 on the 2 x 2 preset, 8 and 16 pieces per
     core give 32 and 64 bands; tried from either side, each tried latency is that tiling's
     alone and the faster is kept (so once the first, once the trial's), every executable
-    computes the executor's outputs, and a limit below the first tiling's task count tries
-    nothing."""
+    computes the executor's outputs. Past ``trial_pieces_tasks`` tasks the trial runs only
+    within ``trial_budget``: it does at the budget that just holds it, not one below."""
     import importlib
     from dataclasses import replace
 
@@ -1103,8 +1103,17 @@ def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is
             assert latency == pytest.approx(alone[pieces][0], rel=1e-12)
         kept = min(tried, key=lambda mpl: mpl[2])[1]
         assert rep["pieces_per_core"] == kept and exe.meta["tasks"] == alone[kept][1]
-    off = lower(g, t, replace(base, trial_pieces=(16.0,), trial_pieces_tasks=alone[8.0][1] - 1))
+    # past trial_pieces_tasks, the trial runs only when it fits trial_budget (the instructions
+    # emitted so far, and 1.4 times the first tiling's executable for it and each of the four
+    # executables that may follow)
+    few = replace(base, trial_pieces=(16.0,), trial_pieces_tasks=alone[8.0][1] - 1, trial_seeds=())
+    off = lower(g, t, replace(few, trial_budget=0))
     assert "tilings_tried" not in off.meta["order"] and off.meta["order"]["pieces_per_core"] == 8.0
+    on = lower(g, t, replace(few, trial_budget=1 << 40))
+    assert [p for _, p, _ in on.meta["order"]["tilings_tried"]] == [8.0, 16.0]
+    assert on.meta["order"]["pieces_per_core"] == min(alone, key=lambda p: alone[p][0])
+    size = sum(len(p.instructions) for p in off.programs)
+    assert on.meta["emitted_instructions"] > off.meta["emitted_instructions"] + size  # the trial's executable
     with pytest.raises(SettingsError, match="trial_pieces"):
         lower(g, t, replace(base, trial_pieces=(-1.0,)))
 
