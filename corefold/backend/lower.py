@@ -127,8 +127,9 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError("bands: one value or more (False, True), got none")
     if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
         raise SettingsError(f"input_pieces: one whole number or more, each >= 0, got {list(settings.input_pieces)}")
-    if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds):
-        raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}")
+    if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds) or settings.trial_budget < 0:
+        raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}; "
+                            f"trial_budget: >= 0, got {settings.trial_budget}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
@@ -543,11 +544,9 @@ def _pieces_fit_budget(trial: _Trial, settings: LowerSettings, times: dict) -> b
 
 def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: LowerSettings, trials_on: bool,
                      timed: bool, times: dict, say: Callable[[str], None]) -> tuple[int, _Trial, list]:
-    """``(seed kept, its trial, [[seed, list latency or error], ...])``: the kept clustering
-    placed on the mesh again with each of ``settings.trial_seeds`` (when the trials run) while
-    the instructions emitted so far, plus what this seed and the two executables after it
-    will emit, stay within ``settings.trial_budget``; the faster list executable kept (the
-    first on a tie). O(seeds) placements and trials."""
+    """``(seed kept, its trial, [[seed, list latency or error], ...])``: the kept clustering placed
+    again with each of ``settings.trial_seeds`` while what was emitted, this seed and the two builds
+    after it fit ``settings.trial_budget``; the faster kept (the first on a tie). O(seeds) trials."""
     seeds = list(dict.fromkeys(s for s in settings.trial_seeds if s != settings.seed))
     if not (trials_on and timed and seeds and "list" in trial.built):
         return settings.seed, trial, []

@@ -1464,3 +1464,5 @@ def test_further_placement_seeds_are_tried_on_the_kept_clustering_and_the_fastes
     assert lower_mod.DEFAULT.trial_seeds == (1, 2, 3) and lower_mod.STRONG.trial_budget >= 1 << 62
     with pytest.raises(SettingsError, match="trial_seeds"):
         lower(g, t, replace(one, trial_seeds=(-1,)))
+    with pytest.raises(SettingsError, match="trial_budget: >= 0, got -1"):
+        lower(g, t, replace(one, trial_budget=-1))
