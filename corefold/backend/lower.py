@@ -127,9 +127,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError("bands: one value or more (False, True), got none")
     if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
         raise SettingsError(f"input_pieces: one whole number or more, each >= 0, got {list(settings.input_pieces)}")
-    if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds) or settings.trial_budget < 0:
-        raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}; "
-                            f"trial_budget: >= 0, got {settings.trial_budget}")
+    if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds):
+        raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}")
+    if settings.trial_budget < 0:
+        raise SettingsError(f"trial_budget: >= 0, got {settings.trial_budget}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
@@ -358,7 +359,8 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
 class _Trial:
     """One clustering's mesh placement, list orders and list executable
     (:func:`~corefold.backend.assemble.assemble_into`), with each task's end in its timed
-    run (``arrival``, :func:`~corefold.backend.assemble.arrival_times`; None untimed)."""
+    run (``arrival``, :func:`~corefold.backend.assemble.arrival_times`; None untimed) and the
+    instructions it emitted (``emitted``, 0 when the emit failed)."""
 
     cl: Clustering
     core_of: list
@@ -367,6 +369,7 @@ class _Trial:
     built: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     arrival: np.ndarray | None = None
+    emitted: int = 0
 
     @property
     def latency(self) -> float:
@@ -434,9 +437,9 @@ def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSett
     base, report = order_tasks(lg, cl, core_of, target, 0.0)
     trial = _Trial(cl, core_of, base, report)
     runs: dict = {}
-    emitted = assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target, settings,
-                            timed=timed)
-    times[EMITTED] = times.get(EMITTED, 0) + emitted
+    trial.emitted = assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target,
+                                  settings, timed=timed)
+    times[EMITTED] = times.get(EMITTED, 0) + trial.emitted
     if "list" in runs:
         trial.arrival = arrival_times(lg, cl, *runs["list"])
     times["order"] = times.get("order", 0.0) + time.perf_counter() - t
@@ -535,11 +538,9 @@ def _pieces_fit_budget(trial: _Trial, settings: LowerSettings, times: dict) -> b
     """Whether ``settings.trial_pieces`` fit ``settings.trial_budget`` (a graph past
     ``trial_pieces_tasks``): emitted so far, the ``min_rows`` trials (the first tiling's
     executable each), 1.4 times it for each pieces trial and the four that may follow. O(1)."""
-    if "list" not in trial.built or not settings.trial_pieces:
-        return False
-    size = sum(len(p.instructions) for p in trial.built["list"][1].programs)
+    size = trial.emitted
     need = size * (len(settings.min_rows) - 1) + 1.4 * size * (len(settings.trial_pieces) + 2 + FOLLOWING)
-    return times.get(EMITTED, 0) + need <= settings.trial_budget
+    return bool(size and settings.trial_pieces) and times.get(EMITTED, 0) + need <= settings.trial_budget
 
 
 def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: LowerSettings, trials_on: bool,
@@ -551,10 +552,8 @@ def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: 
     if not (trials_on and timed and seeds and "list" in trial.built):
         return settings.seed, trial, []
     kept, tried = settings.seed, [[settings.seed, trial.result]]
-    # NOTE: a seed emits about the kept executable's instructions, as do the FOLLOWING builds
-    size = sum(len(p.instructions) for p in trial.built["list"][1].programs)
-    for seed in seeds:
-        if times[EMITTED] + (1 + FOLLOWING) * size > settings.trial_budget:
+    for seed in seeds:  # a seed emits about the kept executable's instructions, as do the FOLLOWING builds
+        if times[EMITTED] + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
             break
         say(f"trial: mesh placement with seed {seed}")
         other = _trial(lg, trial.cl, target, replace(settings, seed=seed), timed, times)

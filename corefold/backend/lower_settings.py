@@ -98,8 +98,8 @@ class LowerSettings:
             moved the list executables of the nine rows of ``bench/backend.py`` by -3.3% to
             +12.2% against seed 0 (stop 43), seed 0 the best on 4 of them: a rule's effect
             under about 3% on one row is within the placement seed's own spread.
-        trial_budget: the instructions a lowering may emit before it tries no further seed:
-            a seed's trial runs only if the instructions emitted so far plus about three times
+        trial_budget: the instructions a lowering may emit before it tries no further seed
+            (nor, past ``trial_pieces_tasks``, more pieces per core): a seed's trial runs only if the instructions emitted so far plus about three times
             the kept executable's (the seed's own, then the sharing trial's and the searched
             orders') stay within it. Emitting and timing an executable costs about 0.1 ms an
             instruction: over the nine bench rows, lowering took 3.9 s + 0.97 s per 10,000
