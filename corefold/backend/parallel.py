@@ -45,7 +45,8 @@ An operator that reads the join of a cut producer is cut the same way (same axis
 piece count), so that piece ``j`` reads mostly what piece ``j`` of its producer wrote and
 the placement can keep them on one core (one that cannot cut the followed axis, e.g. an
 LRN behind a channel cut, takes its own count instead when SRAM has room and that is
-more), and one that reads only its own part of the producer's (a depthwise convolution,
+more; an element-wise op or an LRN behind the split pass's parts that this pass cut into
+row bands follows the bands across the parts instead, :func:`_rows_across_parts`), and one that reads only its own part of the producer's (a depthwise convolution,
 a pooling or an element-wise op behind a channel cut) takes a multiple of the producer's
 count when its time asks for more: balanced cuts into ``m k`` pieces put a boundary at
 every boundary of the ``k`` (float EfficientNet-B0's depthwise convolutions followed the
@@ -161,6 +162,13 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         if node not in seconds or len(node.outputs) != 1:
             continue
         follow = _followed(node, cut_of)
+        # NOTE: not with the weights past ROOMY_WEIGHTLESS: the float Inception v1's LRNs and
+        # pools following rows took other piece counts and it ran 426.1 -> 752.8 us; nor a
+        # matrix op or a pooling, which read their own channel part where they follow it
+        if follow is not None and follow[0] != 2 and roomy_weightless and node.op_type not in MATRIX_OPS | ROW_OPS:
+            across = _rows_across_parts(node, cut_of)
+            if across is not None and (spatial_mean(node) is not None or _cuts_rows(node)):
+                follow = across
         if follow is not None and follow[0] == 2 and spatial_mean(node) is not None:
             cut_mean_rows(graph, node, _band_bounds(node.inputs[0], follow[1]))
             cut += 1
@@ -251,12 +259,42 @@ def _followed(node: Node, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int]
     """The cut ``node`` follows: that of its first non-constant input of the output's size
     (an SE block's ``scale * x`` follows ``x``, not the ``[1, C, 1, 1]`` scale), else of its
     first non-constant input; None when that input is not a cut's join. O(inputs)."""
+    x = _followed_input(node)
+    return None if x is None else cut_of.get(id(x)) or joined_cut(x)
+
+
+def _followed_input(node: Node) -> Value | None:
+    """The input whose cut ``node`` follows (:func:`_followed`). O(inputs)."""
     xs = [v for v in node.inputs if v is not None and not v.is_constant]
     if not xs:
         return None
     y = node.outputs[0].shape
-    x = next((v for v in xs if v.shape is not None and v.shape == y), xs[0])
-    return cut_of.get(id(x)) or joined_cut(x)
+    return next((v for v in xs if v.shape is not None and v.shape == y), xs[0])
+
+
+def _cuts_rows(node: Node) -> bool:
+    """Whether the split rules cut ``node``'s output rows (axis 2 of an image) without
+    reducing (an element-wise op, an LRN; not a global pool, whose rows it sums). O(axes)."""
+    axes, _ = candidate_axes(node)
+    return any(not a.reduce and a.output is not None and a.output[0] == 2 and a.output[1] == 1 for a in axes)
+
+
+def _rows_across_parts(node: Node, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    """``(2, k)`` when ``node`` reads the join of the split pass's ``P`` parts on another
+    axis (a max pool cut into two channel parts to fit a core) and this pass cut every
+    part into the same ``k >= 2 P`` row bands: the reader then follows the rows across the
+    parts (its band ``j`` reads band ``j`` of each part and starts when those are in)
+    instead of the parts, each whole only when its last band is. With fewer bands, the
+    parts' cut gives more pieces, each reading less (the float SqueezeNet's last global
+    pool behind 8 parts of 4 bands: 69.2 -> 80.9 us as 4 bands). O(P)."""
+    x = _followed_input(node)
+    join = None if x is None else x.producer
+    if (join is None or join.op_type != "Concat" or not join.meta.get(JOIN_META) or x.shape is None
+            or len(x.shape) != 4 or int(join.attrs.get("axis", 0)) % 4 == 2):
+        return None
+    cuts = {cut_of.get(id(v)) for v in join.inputs if v is not None}
+    cut = cuts.pop() if len(cuts) == 1 else None
+    return cut if cut is not None and cut[0] == 2 and cut[1] >= 2 * len(join.inputs) else None
 
 
 def joined_cut(x: Value) -> tuple[int, int] | None:
