@@ -48,7 +48,8 @@ piece count), so that piece ``j`` reads mostly what piece ``j`` of its producer 
 the placement can keep them on one core (one that cannot cut the followed axis, e.g. an
 LRN behind a channel cut, takes its own count instead when SRAM has room and that is
 more; an element-wise op or an LRN behind the split pass's parts that this pass cut into
-row bands follows the bands across the parts instead, :func:`_rows_across_parts`), and one that reads only its own part of the producer's (a depthwise convolution,
+row bands follows the bands across the parts instead, :func:`_rows_across_parts`), and
+one that reads only its own part of the producer's (a depthwise convolution,
 a pooling or an element-wise op behind a channel cut) takes a multiple of the producer's
 count when its time asks for more: balanced cuts into ``m k`` pieces put a boundary at
 every boundary of the ``k`` (float EfficientNet-B0's depthwise convolutions followed the
@@ -169,8 +170,9 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         # matrix op or a pooling, which read their own channel part where they follow it
         if follow is not None and follow[0] != 2 and roomy_weightless and node.op_type not in MATRIX_OPS | ROW_OPS:
             across = _rows_across_parts(node, cut_of)
-            if across is not None and (spatial_mean(node) is not None or _cuts_rows(node)):
-                follow = across
+            ax = None if across is None else _channel_axis(node, across)
+            if across is not None and (spatial_mean(node) is not None or (ax is not None and ax.output[0] == 2)):
+                follow = across  # (a global pool of integers sums the rows: it cannot follow them)
         if follow is not None and follow[0] == 2 and spatial_mean(node) is not None:
             cut_mean_rows(graph, node, _band_bounds(node.inputs[0], follow[1]))
             cut += 1
@@ -247,12 +249,11 @@ def _halving_reader(node: Node) -> bool:
 def _even_bands(h: int, k: int, min_rows: int) -> int:
     """The largest band count up to ``k`` (never more pieces than the caps allowed) that cuts
     ``h`` rows into equal bands of an even number of rows, at least ``min_rows``; ``k`` when
-    none does. A reader
-    of row stride 2 follows the cut with bands of half the rows: with 32 bands of 3 or 4 of
-    a 112-row map, its 28 bands of 2 rows (56 // ``min_rows``) each straddled two of the
-    producer's bands, often on two cores (the float MobileNetV3's stem sent its 803 KB
-    output over one link, the last band 6.7 us behind the others; 66.8 -> 62.4 us with 28
-    bands of 4 rows, float Inception v1 426.1 -> 409.5). O(h)."""
+    none does. A reader of row stride 2 follows the cut with bands of half the rows: with 32
+    bands of 3 or 4 of a 112-row map, its 28 bands of 2 rows (56 // ``min_rows``) each
+    straddled two of the producer's bands, often on two cores (the float MobileNetV3's stem
+    sent its 803 KB output over one link, the last band 6.7 us behind the others; 66.8 ->
+    62.4 us with 28 bands of 4 rows, float Inception v1 426.1 -> 409.5). O(h)."""
     even = [d for d in range(2, min(k, h // max(1, min_rows)) + 1) if h % d == 0 and (h // d) % 2 == 0]
     return max(even) if even else k
 
@@ -294,13 +295,6 @@ def _followed_input(node: Node) -> Value | None:
         return None
     y = node.outputs[0].shape
     return next((v for v in xs if v.shape is not None and v.shape == y), xs[0])
-
-
-def _cuts_rows(node: Node) -> bool:
-    """Whether the split rules cut ``node``'s output rows (axis 2 of an image) without
-    reducing (an element-wise op, an LRN; not a global pool, whose rows it sums). O(axes)."""
-    axes, _ = candidate_axes(node)
-    return any(not a.reduce and a.output is not None and a.output[0] == 2 and a.output[1] == 1 for a in axes)
 
 
 def _rows_across_parts(node: Node, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
