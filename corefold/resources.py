@@ -6,9 +6,16 @@ amount ("needs 224 GiB of activations, 21.3 GiB available"), not in a MemoryErro
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from corefold.errors import CapacityError
+
+#: the cyclic collector's thresholds inside :func:`fewer_collections` (Python's own are
+#: (700, 10, 10); mypy runs its build at (200,000, 30, 30) for the same reason)
+FEWER_COLLECTIONS = (50_000, 20, 20)
 
 
 def available_memory_bytes() -> int:
@@ -40,3 +47,23 @@ def check_memory(need: int, what: str, *, fraction: float = 0.9) -> None:
     have = available_memory_bytes()
     if need > fraction * have:
         raise CapacityError(f"{what} needs {gib(need)}, {gib(have)} available on this machine")
+
+
+@contextmanager
+def fewer_collections(thresholds: tuple[int, int, int] = FEWER_COLLECTIONS) -> Iterator[None]:
+    """Run the block with the cyclic garbage collector's thresholds raised to ``thresholds``
+    (restored after, also on an exception).
+
+    Lowering allocates millions of small acyclic objects (instructions, stages, tuples)
+    while a large heap (the graph, its tiles, the trials' executables) stays alive; at
+    Python's thresholds every 70,000 net allocations rescan that whole heap. Measured on
+    the int8 Inception v1 (``bench/backend.py``'s slowest lowering, identical executable):
+    14.2-16.2 s at the default thresholds, 9.2-9.7 s here, 8.8-11.1 s with the collector
+    off. Cycles are still collected, only less often. Usable as a decorator. O(1).
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(*thresholds)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)

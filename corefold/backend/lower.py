@@ -41,6 +41,7 @@ from corefold.backend.place import Clustering, cluster, copies_choose_engine, pl
 from corefold.backend.tile import tile
 from corefold.errors import CompileError, format_bytes
 from corefold.ir import Graph
+from corefold.resources import fewer_collections
 from corefold.settings import SettingsError
 from corefold.target import Target
 
@@ -95,6 +96,7 @@ class _NoRetry(CompileError):
     """A CompileError smaller operator pieces cannot cure."""
 
 
+@fewer_collections()
 def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
           progress: Callable[[str], None] | None = None) -> Executable:
     """Lower ``graph`` (static shapes) onto ``target``; the graph is not modified.

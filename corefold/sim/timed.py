@@ -71,6 +71,7 @@ from corefold.backend.executable import (
     xy_route,
 )
 from corefold.errors import InternalError
+from corefold.resources import fewer_collections
 from corefold.sim.engine import Engine, Stage, Timeline
 from corefold.sim.machine import Machine
 from corefold.target import Target
@@ -137,6 +138,7 @@ WHAT_IF = {
 }
 
 
+@fewer_collections()
 def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = frozenset()) -> TimedRun:
     """Build and run the tasks of every phase (module docstring); ``what_if`` names parts
     of :data:`WHAT_IF` counted as free (a diagnostic: the latency the same executable

@@ -69,6 +69,7 @@ from corefold.passes.order.simulator import (
     simulate,
 )
 from corefold.pipeline import EXACT, CompileContext, PassResult
+from corefold.resources import fewer_collections
 from corefold.target import Target
 
 
@@ -212,6 +213,7 @@ def search_order(problem: ScheduleProblem, graph: Graph, settings: OrderSettings
     return SearchOutcome(order, len(segs), enumerated, reached)
 
 
+@fewer_collections()
 def order_graph(graph: Graph, target: Target, settings: OrderSettings = DEFAULT, *, seed: int = 0,
                 cost_fn=None, transfer_fn=None, release_fn=None, progress=None, bound: bool = True) -> OrderResult:
     """Reorder ``graph``'s nodes (in place) to minimise the simulated makespan on ``target``.
