@@ -41,7 +41,8 @@ class LowerSettings:
             the lowering 1.6x faster, the same ResNet-50 with every trial (``trial_tasks`` and
             ``trial_knobs_tasks`` 3000) ran 322.0 -> 241.5 us (rows of one row, bands, the finer
             input), lowered in 19.5 s: still too near the goal to be the default (the strong
-            preset runs them).
+            preset runs them); the tilings' and knobs' trials alone (``trial_knobs_tasks``) 274.4
+            us in 10.6 s.
         min_rows: the fewest output rows of a row band the tile step cuts
             (:func:`~corefold.backend.parallel.cut_for_parallelism`); with the order search and
             at most ``trial_tasks`` tasks, each further value tiles the graph again, is
@@ -73,8 +74,12 @@ class LowerSettings:
             it: the float rows of ``bench/backend.py`` gain with it (Inception v1 495.6 -> 426.1
             us), while on the 4-core ``npu-2x2`` some of M1's float ResNet-50 executables,
             bound by DRAM staging, lose (250.2 -> 398.7 us).
-        trial_knobs_tasks: the trials of ``insertion``, ``vector_copies``, ``bands`` and ``input_pieces`` run on
-            graphs whose tiling has at most this many tasks: each costs a clustering or a tiling
+        trial_knobs_tasks: the trials of ``insertion``, ``vector_copies``, ``bands`` and ``input_pieces``, and of
+            the further ``min_rows`` and ``trial_pieces`` values, run on graphs whose first tiling
+            has at most this many tasks, even past ``trial_tasks`` (stop 45: a tiling moves a large
+            graph more than the clusterings' pairs do; the int8 ResNet-50 on ``npu-array`` 322.0 ->
+            274.4 us, lowered in 10.6 s, with these trials but not the clusterings', the seeds' and
+            sharing's, which ``trial_tasks`` keeps for smaller graphs): each costs a clustering or a tiling
             and a timed trial (2.5-3 s on the int8 EfficientNet-B0, 1470 tasks, which lowered in
             19.4 s with the two tilings, against the 20 s goal, for 98.3 -> 96.4 us); the int8
             Inception v1 (1093 tasks) gains 149.6 -> 123.6 us from its bands. 2000 since stop 45
