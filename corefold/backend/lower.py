@@ -269,9 +269,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
     (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
-    # NOTE: not within trials_on: a knob or a tiling moves a large graph more than the
-    # clusterings' pairs do (int8 ResNet-50 on npu-array, 1500-2000 tasks: 322.0 -> 274.4 us
-    # with the knobs alone in 10.6 s, 241.5 with every trial in 19.5 s)
+    # NOTE: not within trials_on: a tiling moves a big graph more than a clustering (trial_knobs_tasks)
     knobs_on = timed and len(lg.tasks) <= settings.trial_knobs_tasks
     # NOTE: with the fastest pair only: every pair with both would double the trials
     insertion, trial, insertion_tried = _clustering_knob(
@@ -296,11 +294,9 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     shared_tried = trials_on and bool(lg.tasks) and _shares(lg, core_of, base, target)  # no tasks: constants only
     if shared_tried:
         say("trial: pieces computed in place")
-        # NOTE: computing a piece in place of an assembly that other tasks read too (a band
-        # and its halo rows) saves a copy and a buffer, or costs SRAM (Planner.homes): no
-        # rule told which beforehand, so the timed simulation decides, and the search
-        # follows. Float EfficientNet-B0 505.8 -> 443.6 us; float Inception v1, 542.4 ->
-        # 590.1 with sharing alone, keeps the strict rule.
+        # NOTE: a piece computed in place of an assembly others read too (a band and its halo)
+        # saves a copy and a buffer, or costs SRAM (Planner.homes): the timed run decides (float
+        # EfficientNet-B0 505.8 -> 443.6 us; float Inception v1 542.4 -> 590.1 keeps the strict rule)
         alt: tuple[dict, dict, dict] = ({}, {}, {})
         times[EMITTED] += assemble_into(*alt, "list", lg, cl, core_of, base, target, settings, timed=True, shared=True)
         if "list" in alt[0] and ("list" not in built or alt[0]["list"][0] < built["list"][0]):
