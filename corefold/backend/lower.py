@@ -16,6 +16,10 @@
 5. **Route, emit, pack** (:mod:`.emit`): XY routes, instructions with dependences,
    weights. Then the instruction memory and NoC buffers are checked.
 
+With the order search on, the first tiling and clustering are tried against others
+(:mod:`.trials`: clusterings, knobs, tilings, placement seeds), each through steps 2-5 and a
+timed run, the faster list executable kept before the search.
+
 :func:`fits` runs steps 1 and 2 (without the mesh placement) and estimates the
 instruction memory, for serial partitioning (M1) to test many candidates quickly.
 """
@@ -25,11 +29,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Callable
-
-import numpy as np
 
 from corefold.backend.assemble import arrival_times, assemble_into, run_latency
 from corefold.backend.executable import Executable
@@ -37,8 +39,19 @@ from corefold.backend.lgraph import LoweredGraph, build
 
 # the settings and presets are imported from here too (corefold.backend, the CLI, M1)
 from corefold.backend.lower_settings import DEFAULT, FAST, PRESETS, SEARCH, STRONG, LowerSettings  # noqa: F401
-from corefold.backend.place import Clustering, cluster, copies_choose_engine, place_on_mesh
+from corefold.backend.place import Clustering, cluster, copies_choose_engine
 from corefold.backend.tile import tile
+from corefold.backend.trials import (
+    EMITTED,
+    clustering_knob,
+    grid,
+    other_tilings,
+    placement_seeds,
+    reclustered,
+    repeats,
+    shares,
+    try_clusterings,
+)
 from corefold.errors import CompileError, format_bytes
 from corefold.ir import Graph
 from corefold.resources import fewer_collections
@@ -183,7 +196,7 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[
     each ``min_rows`` and each clustering (every ``spread`` with every ``headroom``) without
     the order search, timed on the whole chip; the fastest is lowered again with the search.
     A clustering that would repeat one already made for the pair and tiling is not tried
-    (:func:`_repeats`). O(pairs x min_rows x spreads x headrooms) lowerings. Deterministic: the timed
+    (:func:`repeats`). O(pairs x min_rows x spreads x headrooms) lowerings. Deterministic: the timed
     simulation is."""
     from corefold.sim.timed import time_executable
 
@@ -197,8 +210,8 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[
                                 f"placement_effort {effort} >= 1")
         for rows in settings.min_rows:
             made: list[tuple[float, float, float, bool]] = []
-            for spread, headroom in _grid(settings):
-                if _repeats(spread, headroom, made):
+            for spread, headroom in grid(settings):
+                if repeats(spread, headroom, made):
                     continue
                 trial = replace(untuned, pieces_per_core=pieces, placement_effort=effort, order_budget_seconds=0.0,
                                 spread=(spread,), headroom=(headroom,), min_rows=(rows,))
@@ -241,21 +254,6 @@ def _tuned(graph: Graph, target: Target, settings: LowerSettings, say: Callable[
     return exe
 
 
-def _grid(settings: LowerSettings) -> list[tuple[float, float]]:
-    """The clusterings ``(spread, headroom)`` the settings list, the first pair first."""
-    return [(s, h) for s in settings.spread for h in settings.headroom]
-
-
-def _repeats(spread: float, headroom: float, made: list[tuple[float, float, float, bool]]) -> bool:
-    """Whether ``cluster(spread=spread, headroom=headroom)`` would repeat a clustering of
-    ``made``, each ``(spread, headroom, its Clustering.headroom, its spread_limited)``:
-    one made at a headroom ``h <= headroom`` up to its spare (no group crowded in between),
-    and at the same spread or a smaller one that never held a fresh group back. Both rules
-    are exact (:class:`~corefold.backend.place.Clustering`). O(len(made))."""
-    return any((headroom == h or h <= headroom <= room) and (spread == s or (s <= spread and not limited))
-               for s, h, room, limited in made)
-
-
 def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Callable[[str], None]) -> Executable:
     from corefold.backend.order import order_tasks
 
@@ -268,30 +266,30 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     trials_on = timed and len(lg.tasks) <= settings.trial_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    (spread, headroom), trial, tried = _clusterings(lg, cl, target, settings, timed, trials_on, times, say)
+    (spread, headroom), trial, tried = try_clusterings(lg, cl, target, settings, timed, trials_on, times, say)
     # NOTE: not within trials_on: a tiling moves a big graph more than a clustering (trial_knobs_tasks)
     knobs_on = timed and len(lg.tasks) <= settings.trial_knobs_tasks
     # NOTE: with the fastest pair only: every pair with both would double the trials
-    insertion, trial, insertion_tried = _clustering_knob(
+    insertion, trial, insertion_tried = clustering_knob(
         settings.insertion if knobs_on else settings.insertion[:1], trial,
-        lambda value: _reclustered(lg, target, settings.acyclic, spread, headroom, value, settings.vector_copies[0]),
+        lambda value: reclustered(lg, target, settings.acyclic, spread, headroom, value, settings.vector_copies[0]),
         target, settings, times, timed, lambda value: f"trial: clustering with insertion {'on' if value else 'off'}", say)
-    vector, trial, vector_tried = _clustering_knob(
+    vector, trial, vector_tried = clustering_knob(
         settings.vector_copies if knobs_on and copies_choose_engine(lg, target) else settings.vector_copies[:1], trial,
-        lambda value: _reclustered(lg, target, settings.acyclic, spread, headroom, insertion, value),
+        lambda value: reclustered(lg, target, settings.acyclic, spread, headroom, insertion, value),
         target, settings, times, timed,
         lambda value: f"trial: local copies on {'the engine that moves them fastest' if value else 'the DMA engine'}",
         say)
     # the tilings below cluster with both choices
     settings = replace(settings, insertion=(insertion,), vector_copies=(vector,))
-    lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = _other_tilings(
-        graph, target, settings, lg, trial, spread, headroom, knobs_on, times, say)
-    seed, trial, seeds_tried = _placement_seeds(lg, trial, target, settings, trials_on, timed, times, say)
+    lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = other_tilings(
+        partial(_prepare, graph, target), target, settings, lg, trial, spread, headroom, knobs_on, times, say)
+    seed, trial, seeds_tried = placement_seeds(lg, trial, target, settings, trials_on, timed, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, arrival = trial.built, trial.errors, trial.arrival
     t = time.perf_counter()
     shared = False
-    shared_tried = trials_on and bool(lg.tasks) and _shares(lg, core_of, base, target)  # no tasks: constants only
+    shared_tried = trials_on and bool(lg.tasks) and shares(lg, core_of, base, target)  # no tasks: constants only
     if shared_tried:
         say("trial: pieces computed in place")
         # NOTE: a piece computed in place of an assembly others read too (a band and its halo)
@@ -354,225 +352,6 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         "emitted_instructions": times[EMITTED],
     })
     return exe
-
-
-@dataclass
-class _Trial:
-    """One clustering's mesh placement, list orders and list executable
-    (:func:`~corefold.backend.assemble.assemble_into`), with each task's end in its timed
-    run (``arrival``, :func:`~corefold.backend.assemble.arrival_times`; None untimed) and the
-    instructions it emitted (``emitted``, 0 when the emit failed)."""
-
-    cl: Clustering
-    core_of: list
-    base: list[int]
-    report: dict
-    built: dict = field(default_factory=dict)
-    errors: dict = field(default_factory=dict)
-    arrival: np.ndarray | None = None
-    emitted: int = 0
-
-    @property
-    def latency(self) -> float:
-        return self.built["list"][0] if "list" in self.built else math.inf
-
-    @property
-    def result(self) -> float | str:
-        """What a report lists for it: the list executable's latency, or its error."""
-        return float(self.latency) if self.built else str(self.errors["list"])
-
-
-def _reclustered(lg: LoweredGraph, *args) -> tuple[LoweredGraph, Clustering]:
-    """``lg`` and its :func:`~corefold.backend.place.cluster` with ``args``."""
-    return lg, cluster(lg, *args)
-
-
-def _clustering_knob(values: tuple, trial: _Trial, make: Callable[[object], tuple[LoweredGraph, Clustering]],
-                     target: Target, settings: LowerSettings, times: dict, timed: bool,
-                     label: Callable[[object], str], say: Callable[[str], None]) -> tuple[object, _Trial, list]:
-    """``(value kept, its trial, [[value, list latency or error], ...])`` of a clustering knob
-    (``insertion``, ``vector_copies``): ``trial``, clustered with ``values[0]``, against the
-    clustering ``make(value)`` of each further value; the faster list executable is kept (the
-    first on a tie). No further value: ``(values[0], trial, [])``. O(values) clusterings and
-    trials."""
-    kept, first, tried = values[0], trial.result, []
-    for value in values[1:]:
-        say(label(value))
-        result, _, other = _alternative(partial(make, value), target, settings, times, timed)
-        tried.append([value, result])
-        if other is not None and other.latency < trial.latency:
-            trial, kept = other, value
-    return kept, trial, [[values[0], first], *tried] if tried else []
-
-
-def _alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Target, settings: LowerSettings,
-                 times: dict, timed: bool = True, same_as: LoweredGraph | None = None):
-    """``(result, lowered graph, trial)`` of one alternative tiling or clustering: ``make``
-    (timed as ``tile_place``), then :func:`_trial`. ``result`` is the trial's
-    :attr:`_Trial.result`, or the CompileError's text when ``make`` fails (no graph, no
-    trial); ``(None, None, None)`` when its tasks are those of ``same_as`` (nothing to try)."""
-    t = time.perf_counter()
-    try:
-        lg, cl = make()
-    except CompileError as exc:
-        return str(exc), None, None
-    finally:
-        times["tile_place"] += time.perf_counter() - t
-    if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
-        return None, None, None
-    other = _trial(lg, cl, target, settings, timed, times)
-    return other.result, lg, other
-
-
-def _trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
-           times: dict) -> _Trial:
-    """Steps 3 to 5 of ``cl`` with the list-scheduling orders: place on the mesh, order,
-    emit, and time the executable when ``timed``."""
-    from corefold.backend.order import order_tasks
-
-    t = time.perf_counter()
-    cores = place_on_mesh(cl, target, settings.seed, settings.placement_effort)
-    core_of = [cores[g] for g in cl.group]
-    times["mesh"] = times.get("mesh", 0.0) + time.perf_counter() - t
-    t = time.perf_counter()
-    base, report = order_tasks(lg, cl, core_of, target, 0.0)
-    trial = _Trial(cl, core_of, base, report)
-    runs: dict = {}
-    trial.emitted = assemble_into(trial.built, trial.errors, runs, "list", lg, cl, core_of, base, target,
-                                  settings, timed=timed)
-    times[EMITTED] = times.get(EMITTED, 0) + trial.emitted
-    if "list" in runs:
-        trial.arrival = arrival_times(lg, cl, *runs["list"])
-    times["order"] = times.get("order", 0.0) + time.perf_counter() - t
-    return trial
-
-
-def _clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
-                 trials_on: bool, times: dict, say: Callable[[str], None]):
-    """``((spread, headroom), trial, [[spread, headroom, list latency or error], ...])``:
-    the first clustering ``cl``'s trial, or that of another ``spread`` and ``headroom`` pair
-    whose list executable the timed simulation runs faster (the first on a tie). A pair
-    whose clustering would repeat one made before is skipped (:func:`_repeats`). O(pairs)
-    clusterings and trials."""
-    pairs = [(settings.spread[0], settings.headroom[0])]
-    clusterings = [cl]
-    made = [(*pairs[0], cl.headroom, cl.spread_limited)]
-    tried: list[list] = []
-    for spread, headroom in _grid(settings)[1:] if trials_on else ():
-        if _repeats(spread, headroom, made):
-            continue  # that clustering again
-        say(f"cluster: spread {spread:g} headroom {headroom:g}")
-        t = time.perf_counter()
-        try:
-            other = cluster(lg, target, settings.acyclic, spread, headroom, False, settings.vector_copies[0])
-        except CompileError as exc:
-            tried.append([spread, headroom, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        made.append((spread, headroom, other.headroom, other.spread_limited))
-        pairs.append((spread, headroom))
-        clusterings.append(other)
-    # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
-    # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
-    # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
-    # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
-    trials = []
-    for (spread, headroom), c in zip(pairs, clusterings, strict=True):
-        say(f"trial: spread {spread:g} headroom {headroom:g}" if timed else "place, order and emit")
-        trials.append(_trial(lg, c, target, settings, timed, times))
-    tried += [[*sh, tr.result] for sh, tr in zip(pairs, trials, strict=True)]
-    best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
-    return pairs[best], trials[best], tried
-
-
-def _other_tilings(graph: Graph, target: Target, settings: LowerSettings, lg: LoweredGraph, trial: _Trial,
-                   spread: float, headroom: float, trials_on: bool, times: dict, say: Callable[[str], None]):
-    """``(lowered graph, its trial, min_rows, pieces_per_core, [[min_rows, pieces_per_core,
-    list latency or error], ...], {knob: value}, {knob: [[value, list latency or error],
-    ...]})``: the first tiling's, or that of a further ``settings.min_rows`` value, then of a
-    further ``settings.trial_pieces`` value (with the ``min_rows`` kept), then of a further
-    ``settings.bands`` value, then ``settings.input_pieces`` (each with what was kept before
-    it; a value that tiles as the kept tiling is skipped), whose list executable (clustered
-    with ``spread`` and ``headroom``) the timed simulation runs faster. O(values) tilings and
-    trials."""
-    kept, pieces = settings.min_rows[0], settings.pieces_per_core
-    tried: list[list] = [[kept, pieces, trial.result]]
-    variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
-    if len(lg.tasks) <= settings.trial_pieces_tasks or _pieces_fit_budget(trial, settings, times):
-        variants += [(None, p) for p in settings.trial_pieces if p != pieces]
-    for m, p in variants if trials_on else ():
-        m = kept if m is None else m  # the pieces' trials follow the min_rows kept
-        say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
-        result, other_lg, other = _alternative(partial(_prepare, graph, target, replace(
-            settings, min_rows=(m,), pieces_per_core=p, spread=(spread,), headroom=(headroom,))), target, settings, times)
-        tried.append([m, p, result])
-        if other is not None and other.latency < trial.latency:
-            lg, trial, kept, pieces = other_lg, other, m, p
-    chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
-    knobs_tried: dict[str, list[list]] = {}
-    for knob in chosen if trials_on and pieces > 0 and len(lg.tasks) <= settings.trial_knobs_tasks else ():
-        here = [[chosen[knob], trial.result]]
-        for value in getattr(settings, knob)[1:]:
-            say(f"trial: tiling with {knob} {('on' if value else 'off') if isinstance(value, bool) else value}")
-            tiling = replace(settings, min_rows=(kept,), pieces_per_core=pieces, spread=(spread,), headroom=(headroom,),
-                             **{k: (value if k == knob else v,) for k, v in chosen.items()})
-            result, other_lg, other = _alternative(partial(_prepare, graph, target, tiling), target, settings, times,
-                                                   same_as=lg)
-            if result is None:
-                continue  # the same tiling (the knob found nothing to cut otherwise)
-            here.append([value, result])
-            if other is not None and other.latency < trial.latency:
-                lg, trial, chosen[knob] = other_lg, other, value
-        if len(here) > 1:
-            knobs_tried[knob] = here
-    return lg, trial, kept, pieces, tried, chosen, knobs_tried
-
-
-#: ``times`` key of the instructions emitted so far (not a time: ``LowerSettings.trial_budget``)
-EMITTED = "emitted_instructions"
-#: Executables emitted after the seeds' trials: the sharing trial and the searched orders.
-FOLLOWING = 2
-
-
-def _pieces_fit_budget(trial: _Trial, settings: LowerSettings, times: dict) -> bool:
-    """Whether ``settings.trial_pieces`` fit ``settings.trial_budget`` (a graph past
-    ``trial_pieces_tasks``): emitted so far, the ``min_rows`` trials (the first tiling's
-    executable each), 1.4 times it for each pieces trial and the four that may follow. O(1)."""
-    size = trial.emitted
-    need = size * (len(settings.min_rows) - 1) + 1.4 * size * (len(settings.trial_pieces) + 2 + FOLLOWING)
-    return bool(size and settings.trial_pieces) and times.get(EMITTED, 0) + need <= settings.trial_budget
-
-
-def _placement_seeds(lg: LoweredGraph, trial: _Trial, target: Target, settings: LowerSettings, trials_on: bool,
-                     timed: bool, times: dict, say: Callable[[str], None]) -> tuple[int, _Trial, list]:
-    """``(seed kept, its trial, [[seed, list latency or error], ...])``: the kept clustering placed
-    again with each of ``settings.trial_seeds`` while what was emitted, this seed and the two builds
-    after it fit ``settings.trial_budget``; the faster kept (the first on a tie). O(seeds) trials."""
-    seeds = list(dict.fromkeys(s for s in settings.trial_seeds if s != settings.seed))
-    if not (trials_on and timed and seeds and "list" in trial.built):
-        return settings.seed, trial, []
-    kept, tried = settings.seed, [[settings.seed, trial.result]]
-    for seed in seeds:  # a seed emits about the kept executable's instructions, as do the FOLLOWING builds
-        if times[EMITTED] + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
-            break
-        say(f"trial: mesh placement with seed {seed}")
-        other = _trial(lg, trial.cl, target, replace(settings, seed=seed), timed, times)
-        tried.append([seed, other.result])
-        if other.latency < trial.latency:
-            trial, kept = other, seed
-    return kept, trial, tried if len(tried) > 1 else []
-
-
-def _shares(lg: LoweredGraph, core_of: list, position: list[int], target: Target) -> bool:
-    """Whether sharing in place changes the plan of ``position``: some piece that other
-    tasks read too would be computed in place (:meth:`~corefold.backend.plan.Planner.homes`,
-    O(pieces)); else a shared build would only repeat the strict one."""
-    from corefold.backend.plan import Planner
-
-    probe = Planner(lg, core_of, position, core_of[0], target.core_memory_threshold, target.sram_bytes, True)
-    probe.homes()
-    return probe.shared_pieces > 0
 
 
 def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> CompileError | None:

@@ -30,7 +30,7 @@ class LowerSettings:
         headroom: with ``spread``, the clusterings tried (:func:`~corefold.backend.place.cluster`'s
             ``headroom``: SRAM left beside the weights, in working sets): every spread with
             every headroom, each one's list executable timed and the fastest kept; a
-            clustering that would repeat one already made is skipped (:func:`_repeats`).
+            clustering that would repeat one already made is skipped (:func:`~corefold.backend.trials.repeats`).
             Without the order search (nothing is timed), the first pair only.
         trial_tasks: the trials of the other ``spread``, ``headroom`` and ``min_rows`` values and of
             sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at

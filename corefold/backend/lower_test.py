@@ -936,6 +936,7 @@ def test_each_spread_is_clustered_and_timed_and_a_spread_that_never_held_a_core_
     from dataclasses import replace
 
     from corefold.backend.place import cluster
+    from corefold.backend.trials import repeats
 
     lower_mod = importlib.import_module("corefold.backend.lower")
     g = _matmuls(8, parallel=False)
@@ -945,9 +946,9 @@ def test_each_spread_is_clustered_and_timed_and_a_spread_that_never_held_a_core_
     assert slow.spread_limited and not fast.spread_limited
     assert not np.array_equal(slow.group, fast.group) and slow.makespan > fast.makespan
     assert np.array_equal(fast.group, wide.group) and np.array_equal(fast.end, wide.end)
-    assert lower_mod._repeats(128.0, 0.0, [(64.0, 0.0, fast.headroom, False)])
-    assert not lower_mod._repeats(64.0, 0.0, [(0.25, 0.0, slow.headroom, True)])
-    assert not lower_mod._repeats(32.0, 0.0, [(64.0, 0.0, fast.headroom, False)])  # smaller: not known
+    assert repeats(128.0, 0.0, [(64.0, 0.0, fast.headroom, False)])
+    assert not repeats(64.0, 0.0, [(0.25, 0.0, slow.headroom, True)])
+    assert not repeats(32.0, 0.0, [(64.0, 0.0, fast.headroom, False)])  # smaller: not known
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
     rep = {}
