@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -49,6 +50,11 @@ def check_memory(need: int, what: str, *, fraction: float = 0.9) -> None:
         raise CapacityError(f"{what} needs {gib(need)}, {gib(have)} available on this machine")
 
 
+_COLLECTIONS_LOCK = threading.Lock()
+_collections_depth = 0
+_collections_before: tuple[int, ...] = ()
+
+
 @contextmanager
 def fewer_collections(thresholds: tuple[int, int, int] = FEWER_COLLECTIONS) -> Iterator[None]:
     """Run the block with the cyclic garbage collector's thresholds raised to ``thresholds``
@@ -59,11 +65,22 @@ def fewer_collections(thresholds: tuple[int, int, int] = FEWER_COLLECTIONS) -> I
     Python's thresholds every 70,000 net allocations rescan that whole heap. Measured on
     the int8 Inception v1 (``bench/backend.py``'s slowest lowering, identical executable):
     14.2-16.2 s at the default thresholds, 9.2-9.7 s here, 8.8-11.1 s with the collector
-    off. Cycles are still collected, only less often. Usable as a decorator. O(1).
+    off. Cycles are still collected, only less often. Usable as a decorator.
+
+    The thresholds are the process's: blocks nested or running in several threads at once
+    share one setting, that of the outermost block, and the thresholds from before it come
+    back when the last block ends. O(1).
     """
-    before = gc.get_threshold()
-    gc.set_threshold(*thresholds)
+    global _collections_depth, _collections_before
+    with _COLLECTIONS_LOCK:
+        if _collections_depth == 0:
+            _collections_before = gc.get_threshold()
+            gc.set_threshold(*thresholds)
+        _collections_depth += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _COLLECTIONS_LOCK:
+            _collections_depth -= 1
+            if _collections_depth == 0:
+                gc.set_threshold(*_collections_before)

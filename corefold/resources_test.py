@@ -17,7 +17,7 @@ def test_fewer_collections_raises_the_thresholds_inside_and_restores_them_after_
     assert gc.get_threshold() == before
 
 
-def test_fewer_collections_as_a_decorator_nests_and_leaves_the_collector_enabled():
+def test_fewer_collections_nested_keeps_the_outer_thresholds_and_restores_the_first_ones():
     seen = []
 
     @fewer_collections((1234, 5, 6))
@@ -32,5 +32,35 @@ def test_fewer_collections_as_a_decorator_nests_and_leaves_the_collector_enabled
 
     before = gc.get_threshold()
     outer()
-    assert seen == [FEWER_COLLECTIONS, (1234, 5, 6), FEWER_COLLECTIONS]
+    assert seen == [FEWER_COLLECTIONS, FEWER_COLLECTIONS, FEWER_COLLECTIONS]
     assert gc.get_threshold() == before and gc.isenabled()
+
+
+def test_fewer_collections_in_overlapping_threads_restores_the_thresholds_when_the_last_ends():
+    import threading
+
+    before = gc.get_threshold()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with fewer_collections():
+            a_in.set()
+            b_in.wait(5)
+        seen["a left"] = gc.get_threshold()  # b is still inside
+        a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with fewer_collections():
+            b_in.set()
+            a_out.wait(5)
+        seen["b left"] = gc.get_threshold()
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert seen == {"a left": FEWER_COLLECTIONS, "b left": before}
+    assert gc.get_threshold() == before
