@@ -7,12 +7,12 @@
 *Link* decides where every tensor between two executables lives: a value an earlier
 executable writes and a later one reads stays in DRAM; the model's inputs come from the
 host and its outputs go back to it (SPEC M1 §8: "its outputs go to external DRAM or the
-host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, the
-whole compiled model as ``model.onnx`` (quantized and split as compiled: the reference of
-``corefold sim build/ --check build/model.onnx``), a ``manifest.json`` (run order, I/O bindings, buffers, checksums, compile calls, the
-optimal reference) and ``report.html``. It is written beside its final place and renamed
-into it, so a failed compile leaves no half-written build. Cost: the compile calls
-(counted in the manifest) plus one simulation of the chain.
+host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, the whole
+compiled model as ``model.onnx`` (quantized and split as compiled: the reference of
+``corefold sim build/ --check build/model.onnx``), a ``manifest.json`` (run order, I/O
+bindings, buffers, checksums, compile calls, the optimal reference) and ``report.html``,
+written beside its final place and renamed into it (a failed compile leaves no half-written
+build). Cost: the compile calls (counted in the manifest) plus one simulation of the chain.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from corefold.ir import Graph
 from corefold.passes.serial import SerialResult, SerialSettings, compare_strategies
 from corefold.passes.serial.partition import SerialPass
 from corefold.pipeline import CompileContext, Equivalence, PassResult, Pipeline
+from corefold.resources import fewer_collections
 from corefold.target import Target
 
 MANIFEST_VERSION = 1
@@ -86,10 +87,9 @@ def split_threshold(graph: Graph, target: Target) -> int:
     from corefold.backend.qdq import is_quantized
 
     if is_quantized(graph):
-        # the split pass counts the float tensors of a pattern, four bytes per element; the
-        # backend tiles the fused operator on its integers (int8: the ResNet-18's 3 x 3
-        # convolutions of 512 channels, 2.3 MiB, read 9.0 MiB of float weights, and were cut
-        # apart from their QuantizeLinear on 8 MiB of cores)
+        # the split pass counts a pattern's float tensors (4 bytes an element), the backend
+        # tiles the fused operator on its integers (int8 ResNet-18's 3 x 3 convolutions of 512
+        # channels, 2.3 MiB, read 9.0 MiB of float weights: cut from their QuantizeLinear)
         ints = [q.outputs[0].dtype for q in graph.nodes if q.op_type == "QuantizeLinear"]
         widen = max(1, 4 // max((np.dtype(d).itemsize for d in ints), default=1))
         return int(target.core_memory_threshold) * max(1, len(target.usable_cores)) * widen
@@ -276,6 +276,7 @@ def link(executables: list[Any], graph: Graph) -> list[Any]:
     return linked
 
 
+@fewer_collections()
 def compile_model(graph: Graph, target: Target, *, serial: SerialSettings | None = None,
                   settings: CompileSettings | None = None, calib=None, quantize=None, compiler=None,
                   progress: bool = False, debug: bool = False) -> Build:

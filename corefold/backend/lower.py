@@ -354,6 +354,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     return exe
 
 
+@fewer_collections()
 def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> CompileError | None:
     """Whether ``graph`` can be lowered onto ``target``, without lowering it: None if it
     fits, else the :class:`CompileError` that :func:`lower` would raise.
