@@ -157,7 +157,8 @@ def test_a_quantized_build_passes_integers_between_its_parts_and_they_run_in_onn
     import numpy as np
 
     from corefold.backend.testing import small_target
-    from corefold.compile import CompileSettings, compile_model, write_build
+    from corefold.build_folder import write_build
+    from corefold.compile import CompileSettings, compile_model
     from corefold.frontend.onnx.check import ort_session
     from corefold.passes.quantize import load_calibration
     from corefold.passes.quantize.integer import IntegerRunner

@@ -3,7 +3,7 @@
 The whole pipeline as one :class:`~corefold.pipeline.Pipeline` of named passes (import,
 quantize when ``--calib`` is given, split, serial partitioning (M1) with compile, split and
 fuse, then link), then a simulation of the chain on seeded random inputs. The build folder
-(``corefold.compile.write_build``) holds one ``.cfx`` per executable, each subgraph's
+(``corefold.build_folder.write_build``) holds one ``.cfx`` per executable, each subgraph's
 ONNX, ``manifest.json`` and ``report.html``; it is written beside its final place and
 renamed into it. ``corefold sim build/`` runs it again.
 
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from corefold.compile import CompileSettings, compile_model, write_build
+    from corefold.build_folder import write_build
+    from corefold.compile import CompileSettings, compile_model
     from corefold.frontend.onnx import load_model
     from corefold.io import OutputPathError, check_output
     from corefold.target import parse_target, target_source
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(build, folder, seconds: float) -> None:
-    from corefold.compile import balance_line
+    from corefold.build_folder import balance_line
 
     res = build.serial
     print(f"{build.graph.name} on {build.target.name}: {len(res.pieces)} executable(s) "

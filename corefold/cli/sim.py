@@ -152,9 +152,9 @@ def build_inputs(exes, model_inputs: list[str], seed: int) -> dict[str, np.ndarr
 def _run_build(args: argparse.Namespace, target) -> int:
     import json
 
+    from corefold.build_folder import load_build
     from corefold.cli.common import atomic_output
     from corefold.cli.run import load_npz
-    from corefold.compile import load_build
     from corefold.sim import simulate_chain
     from corefold.sim.critical import critical_path
 

@@ -181,7 +181,8 @@ def test_a_model_in_one_executable_has_no_cut_to_move_and_its_build_is_written(t
     import json
 
     from corefold.backend.lower_test import _conv_chain
-    from corefold.compile import CompileSettings, compile_model, write_build
+    from corefold.build_folder import write_build
+    from corefold.compile import CompileSettings, compile_model
     from corefold.target import load_target
 
     build = compile_model(_conv_chain(8, 8, 2), load_target("npu"),
