@@ -225,15 +225,10 @@ def int8_model(path: Path, folder: Path, seed: int) -> Path:
 # -- measuring ---------------------------------------------------------------------------------------
 def boundary_bytes(exes) -> tuple[int, int]:
     """(DRAM bytes, host bytes) the linked executables read and write at their boundaries."""
-    dram = host = 0
-    for exe in exes:
-        for io in list(exe.inputs) + list(exe.outputs):
-            n = int(np.prod(io.shape, dtype=np.int64)) * np.dtype(io.dtype).itemsize
-            if io.location == "host":
-                host += n
-            else:
-                dram += n
-    return dram, host
+    from corefold.build_folder import io_bytes
+
+    pairs = [io_bytes(exe) for exe in exes]
+    return sum(d for d, _ in pairs), sum(h for _, h in pairs)
 
 
 def strategy_table(path: Path, target, seed: int, workers: int, simulate: bool, log, balance_trials: int = 6) -> dict:

@@ -38,8 +38,8 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _io_bytes(exe) -> tuple[int, int]:
-    """(DRAM bytes, host bytes) an executable reads and writes at its boundary."""
+def io_bytes(exe) -> tuple[int, int]:
+    """(DRAM bytes, host bytes) an executable reads and writes at its boundary. O(I/O)."""
     dram = host = 0
     for io in list(exe.inputs) + list(exe.outputs):
         n = int(np.prod(io.shape, dtype=np.int64)) * np.dtype(io.dtype).itemsize
@@ -97,7 +97,7 @@ def strategy_rows(build: Build) -> list[dict[str, Any]]:
     for name, r in build.table.items():
         dram = host = 0
         for exe in link(list(r.outcomes), build.graph) if r.outcomes and hasattr(r.outcomes[0], "inputs") else []:
-            d, h = _io_bytes(exe)
+            d, h = io_bytes(exe)
             dram, host = dram + d, host + h
         rows.append({"strategy": name, "executables": len(r.pieces), "compile_calls": r.compile_calls,
                      "minimum_executables": r.minimum_executables,
