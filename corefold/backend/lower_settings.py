@@ -32,9 +32,10 @@ class LowerSettings:
             every headroom, each one's list executable timed and the fastest kept; a
             clustering that would repeat one already made is skipped (:func:`~corefold.backend.trials.repeats`).
             Without the order search (nothing is timed), the first pair only.
-        trial_tasks: the trials of the other ``spread``, ``headroom`` and ``min_rows`` values and of
-            sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at
-            most this many tasks: each costs steps 3-6 and a timed run. The int8 ResNet-50 on
+        trial_tasks: the trials of the other ``spread`` and ``headroom`` values, of the placement
+            seeds and of sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered
+            graphs of at most this many tasks (the tilings' and knobs' trials: ``trial_knobs_tasks``,
+            since stop 45): each costs steps 3-6 and a timed run. The int8 ResNet-50 on
             ``npu-array`` (1633 tasks since its rows are cut with SRAM to spare) lowers in
             7.1 s without them, in 22.6 s with them, past the 20 s goal, for 408.7 -> 341.7 us;
             the bench's 8 x 8 rows have at most 1470 (the int8 EfficientNet-B0). At stop 45, with
@@ -45,7 +46,7 @@ class LowerSettings:
             us in 10.6 s.
         min_rows: the fewest output rows of a row band the tile step cuts
             (:func:`~corefold.backend.parallel.cut_for_parallelism`); with the order search and
-            at most ``trial_tasks`` tasks, each further value tiles the graph again, is
+            at most ``trial_knobs_tasks`` tasks, each further value tiles the graph again, is
             clustered with the first tiling's fastest ``spread`` and ``headroom``, and its
             list executable is kept when the timed simulation runs it faster (bands of one
             row read three times their rows through a 3 x 3 window, but halve the chain
