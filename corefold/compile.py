@@ -7,12 +7,9 @@
 *Link* decides where every tensor between two executables lives: a value an earlier
 executable writes and a later one reads stays in DRAM; the model's inputs come from the
 host and its outputs go back to it (SPEC M1 §8: "its outputs go to external DRAM or the
-host"). The build folder holds one ``.cfx`` per executable, each subgraph's ONNX, the whole
-compiled model as ``model.onnx`` (quantized and split as compiled: the reference of
-``corefold sim build/ --check build/model.onnx``), a ``manifest.json`` (run order, I/O
-bindings, buffers, checksums, compile calls, the optimal reference) and ``report.html``,
-written beside its final place and renamed into it (a failed compile leaves no half-written
-build). Cost: the compile calls (counted in the manifest) plus one simulation of the chain.
+host"). :func:`compile_model` returns a :class:`Build`; :mod:`corefold.build_folder`
+writes it as the build folder (``.cfx`` files, ONNX, manifest, report) and reads it back.
+Cost: the compile calls (counted in the manifest) plus one simulation of the chain.
 """
 
 from __future__ import annotations
