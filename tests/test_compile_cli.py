@@ -6,6 +6,7 @@ run one after another in ONNX Runtime both match the whole model in ONNX Runtime
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -145,7 +146,7 @@ def test_sim_build_checks_against_onnx_runtime(work):
     feeds = {"x": np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     np.savez(d / "in.npz", **feeds)
     proc = corefold("sim", build, "--inputs", d / "in.npz", "-o", d / "out.npz", "--report", d / "r.json",
-                    "--trace", d / "t.json", "--check", d / "branchy.onnx")
+                    "--trace", d / "t.json", "--check", d / "branchy.onnx", "--profile", d / "ops.csv")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = dict(np.load(d / "out.npz"))
     assert sorted(out) == ["exit1", "exit3"]
@@ -164,6 +165,15 @@ def test_sim_build_checks_against_onnx_runtime(work):
     trace = json.loads((d / "t.json").read_text())["traceEvents"]
     names = {e["args"]["name"].split(":")[0] for e in trace if e.get("name") == "process_name"}
     assert names == {f"part{i}" for i in range(n)}
+    # the profile: one row per operator of each executable, named by its executable, its
+    # critical-path times adding up to that executable's compute on the path
+    with open(d / "ops.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["executable"] for r in rows} == names
+    for i, e in enumerate(rep["executables"]):
+        mine = [r for r in rows if r["executable"] == f"part{i}"]
+        compute = e["critical_path"]["service_s"].get("compute", 0) + e["critical_path"]["wait_s"].get("compute", 0)
+        assert sum(float(r["critical_us"]) for r in mine) == pytest.approx(compute * 1e6, abs=1e-3 * len(mine))
 
 
 def test_sim_build_refuses_a_changed_executable(work, tmp_path):

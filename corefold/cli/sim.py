@@ -10,9 +10,12 @@ laid end to end.
 Prints latency against the roofline bound, weight loading, SRAM peak, NoC, DRAM and host
 traffic, unit utilisation and where the critical path of each executable spends its
 latency (:mod:`corefold.sim.critical`; the report's ``critical_path``, per executable of a
-build folder); writes the outputs (``-o``), the report (``--report``), a
-Chrome trace for Perfetto (``--trace``) and the link heatmap (``--heatmap``). Every output
-path is checked before the simulation starts and written atomically.
+build folder) and the operators longest on it; writes the outputs (``-o``), the report
+(``--report``), every operator's pieces, cores, span, engine time and time on the critical
+path as CSV (``--profile``, :mod:`corefold.sim.profile`; a build folder's rows name their
+executable), a Chrome trace for Perfetto (``--trace``) and the link heatmap
+(``--heatmap``). Every output path is checked before the simulation starts and written
+atomically.
 
 ``--check MODEL`` runs the ONNX model in ONNX Runtime on the same inputs and compares:
 a float output within ``1e-5`` of its scale (``max |reference|``: split reductions add in
@@ -58,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "corefold's integer execution, every operator within one step of ONNX Runtime); exit 1 "
                         "on a mismatch")
     p.add_argument("--report", metavar="r.json", help="write the report (latency_s, roofline_s, ...) as JSON")
+    p.add_argument("--profile", metavar="ops.csv",
+                   help="write each operator's pieces, cores, span, engine time and time on the critical path as CSV")
     p.add_argument("--trace", metavar="trace.json", help="write a Chrome trace-event file (opens in Perfetto UI)")
     p.add_argument("--heatmap", metavar="links.png", help="draw the bytes per NoC link (needs matplotlib)")
 
@@ -65,8 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from corefold.cli.common import atomic_output, check_outputs
 
-    check_outputs([("-o", args.output), ("--report", args.report), ("--trace", args.trace),
-                   ("--heatmap", args.heatmap)], inputs=[args.executable, args.inputs, args.check])
+    check_outputs([("-o", args.output), ("--report", args.report), ("--profile", args.profile),
+                   ("--trace", args.trace), ("--heatmap", args.heatmap)],
+                  inputs=[args.executable, args.inputs, args.check])
     if args.heatmap:
         try:
             import matplotlib  # noqa: F401 - only whether it is there
@@ -78,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from corefold.cli.run import load_npz
     from corefold.sim import random_inputs, run_simulation
     from corefold.sim.critical import critical_path
+    from corefold.sim.profile import operator_profile
     from corefold.target import load_target
 
     target = load_target(args.target) if args.target else None
@@ -88,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     logits = LogitsProbe(args.check)
     sim = run_simulation(exe, feeds, target, probe=logits.probe)
     path = critical_path(sim.timed)
-    _print_summary(args.executable, sim, path)
+    profile = operator_profile(exe, sim.timed, path)
+    _print_summary(args.executable, sim, path, profile)
     if args.output:
         with atomic_output(args.output, suffix=".npz") as tmp:
             with open(tmp, "wb") as f:
@@ -97,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         sim.report.write(args.report, extra={"critical_path": path.to_json()})
         print(f"wrote {args.report}")
+    if args.profile:
+        _write_profile(args.profile, [o.row() for o in profile])
     if args.trace:
         sim.write_trace(args.trace)
         print(f"wrote {args.trace} (open it in https://ui.perfetto.dev)")
@@ -157,6 +167,7 @@ def _run_build(args: argparse.Namespace, target) -> int:
     from corefold.cli.run import load_npz
     from corefold.sim import simulate_chain
     from corefold.sim.critical import critical_path
+    from corefold.sim.profile import operator_profile, summary
 
     exes, doc, target = load_build(args.executable, target)
     feeds = load_npz(args.inputs) if args.inputs else build_inputs(exes, doc.get("inputs", []), args.seed)
@@ -166,10 +177,13 @@ def _run_build(args: argparse.Namespace, target) -> int:
     r = chain.report
     print(f"simulated {args.executable}: {len(exes)} executable(s), {r.instructions} instructions")
     paths = [critical_path(run.timed) for run in chain.runs]
+    profiles = [operator_profile(exe, run.timed, path) for exe, run, path in zip(exes, chain.runs, paths, strict=True)]
     for i, (run, path) in enumerate(zip(chain.runs, paths, strict=True)):
         print(f"  {doc['executables'][i]['name']}: {run.report.latency_s * 1e6:10.2f} us, "
               f"DRAM {run.report.dram_bytes:,} bytes, host {run.report.host_bytes:,} bytes")
         print(f"    critical path {path.summary()}")
+        if top := summary(profiles[i]):
+            print(f"    longest on it {top}")
     ratio = r.latency_s / r.roofline_s if r.roofline_s > 0 else float("inf")
     print(f"latency      {r.latency_s * 1e6:10.2f} us   roofline {r.roofline_s * 1e6:.2f} us, "
           f"latency / roofline {ratio:.2f}")
@@ -188,6 +202,9 @@ def _run_build(args: argparse.Namespace, target) -> int:
         with atomic_output(args.report, suffix=".json") as tmp:
             tmp.write_text(json.dumps(report, indent=1, default=float))
         print(f"wrote {args.report}")
+    if args.profile:
+        _write_profile(args.profile, [{"executable": e["name"], **o.row()}
+                                      for e, prof in zip(doc["executables"], profiles, strict=True) for o in prof])
     if args.trace:
         with atomic_output(args.trace, suffix=".json") as tmp:
             tmp.write_text(json.dumps(chain_trace(chain, [e["name"] for e in doc["executables"]])))
@@ -226,11 +243,20 @@ def chain_trace(chain, names: list[str]) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
+def _write_profile(path: str, rows: list[dict]) -> None:
+    from corefold.cli.common import atomic_output
+    from corefold.sim.profile import write_csv
+
+    with atomic_output(path, suffix=".csv") as tmp:
+        write_csv(tmp, rows)
+    print(f"wrote {path} ({len(rows)} operators)")
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-def _print_summary(path: str, sim, critical=None) -> None:
+def _print_summary(path: str, sim, critical=None, profile=None) -> None:
     r, t = sim.report, sim.target
     used = sum(1 for v in r.sram_peak_bytes if v)
     print(f"simulated {path} on {t.name} ({t.width}x{t.height} cores): {r.instructions} instructions on "
@@ -249,6 +275,11 @@ def _print_summary(path: str, sim, critical=None) -> None:
     print("utilisation  " + "  ".join(f"{k} {v:.3f}" for k, v in r.utilisation.items()))
     if critical is not None:
         print(f"critical path {critical.summary()}")
+    if profile:
+        from corefold.sim.profile import summary
+
+        if top := summary(profile):
+            print(f"longest on it {top}")
     for name, arr in sim.outputs.items():
         print(f"{name}: {arr.dtype.name}{list(arr.shape)}" + (
             f"  min {arr.min():.6g}  max {arr.max():.6g}" if arr.size and np.issubdtype(arr.dtype, np.number) else ""))

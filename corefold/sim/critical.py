@@ -24,13 +24,15 @@ from corefold.sim.timed import TimedRun
 
 @dataclass(frozen=True)
 class PathStep:
-    """One task on the critical path (seconds from the run's start)."""
+    """One task on the critical path (seconds from the run's start; ``task``: its index
+    in the run's engine, which :attr:`TimedRun.task` maps to instructions)."""
 
     category: str
     name: str
     start_s: float
     service_s: float
     wait_s: float
+    task: int = -1
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def critical_path(run: TimedRun) -> CriticalPath:
         ready = max((finish[p] for p in before), default=origin)
         begin = max(float(start[cur]), ready)
         steps.append(PathStep(tasks[cur].category, tasks[cur].name, float(start[cur]) - origin,
-                              float(finish[cur]) - begin, begin - ready))
+                              float(finish[cur]) - begin, begin - ready, cur))
         if not before:
             break
         cur = max(before, key=lambda p: (finish[p], -p))
