@@ -189,7 +189,7 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
                binding=sim.roofline.binding, sram_peak=max(used) / r.sram_capacity_bytes,
                sram_mean=float(np.mean(used)) / r.sram_capacity_bytes, cores=len(used),
                instructions=r.instructions, load_s=r.load_s, utilisation=r.utilisation, noc_bytes=r.noc_bytes,
-               dram_bytes=r.dram_bytes, explain=explain(sim), tasks=exe.meta.get("tasks"),
+               dram_bytes=r.dram_bytes, explain=explain(sim, exe), tasks=exe.meta.get("tasks"),
                lowering=exe.meta.get("order"), tuning=exe.meta.get("tuning_final"))
     if what_if:
         from corefold.sim.timed import time_executable
@@ -199,11 +199,13 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
     return row
 
 
-def explain(sim) -> str:
+def explain(sim, exe) -> str:
     """Where the run's time went: the three busiest resources during the run (busy / latency), the
     critical path (:mod:`corefold.sim.critical`) split into service time per instruction
-    kind and waiting for a busy resource. O(T + S)."""
+    kind and waiting for a busy resource, and the two operators longest on it
+    (:mod:`corefold.sim.profile`). O(T + S)."""
     from corefold.sim.critical import critical_path
+    from corefold.sim.profile import operator_profile, summary
 
     tl, eng = sim.timed.timeline, sim.timed.engine
     lat = sim.report.latency_s
@@ -212,10 +214,13 @@ def explain(sim) -> str:
     busy = np.bincount(tl.stage_resource, weights=spans, minlength=len(eng.resources))
     top = np.argsort(-busy)[:3]
     parts = [f"{eng.resources[r].name} {busy[r] / lat:.2f}" for r in top]
-    cats = critical_path(sim.timed).by_category()
+    cp = critical_path(sim.timed)
+    cats = cp.by_category()
     waiting = sum(w for _, w in cats.values())
     path = ", ".join(f"{k} {v / lat:.2f}" for k, (v, _) in sorted(cats.items(), key=lambda kv: -kv[1][0]) if v > 0)
-    return f"busiest: {'; '.join(parts)} | critical path: {path}, waiting for a resource {waiting / lat:.2f}"
+    longest = summary(operator_profile(exe, sim.timed, cp), 2)
+    return (f"busiest: {'; '.join(parts)} | critical path: {path}, waiting for a resource {waiting / lat:.2f}"
+            + (f" | longest on it: {longest}" if longest else ""))
 
 
 def _output_step(graph, name: str) -> float:
