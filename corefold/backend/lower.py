@@ -264,11 +264,12 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     times["tile_place"] = time.perf_counter() - t0
     timed = settings.order_budget_seconds > 0
     trials_on = timed and len(lg.tasks) <= settings.trial_tasks
+    # NOTE: not within trials_on: a tiling or a clustering moves a big graph more than the
+    # seeds and sharing do (trial_knobs_tasks)
+    knobs_on = timed and len(lg.tasks) <= settings.trial_knobs_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    (spread, headroom), trial, tried = try_clusterings(lg, cl, target, settings, timed, trials_on, times, say)
-    # NOTE: not within trials_on: a tiling moves a big graph more than a clustering (trial_knobs_tasks)
-    knobs_on = timed and len(lg.tasks) <= settings.trial_knobs_tasks
+    (spread, headroom), trial, tried = try_clusterings(lg, cl, target, settings, timed, knobs_on, times, say)
     # NOTE: with the fastest pair only: every pair with both would double the trials
     insertion, trial, insertion_tried = clustering_knob(
         settings.insertion if knobs_on else settings.insertion[:1], trial,

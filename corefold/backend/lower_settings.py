@@ -32,10 +32,10 @@ class LowerSettings:
             every headroom, each one's list executable timed and the fastest kept; a
             clustering that would repeat one already made is skipped (:func:`~corefold.backend.trials.repeats`).
             Without the order search (nothing is timed), the first pair only.
-        trial_tasks: the trials of the other ``spread`` and ``headroom`` values, of the placement
-            seeds and of sharing in place (:class:`~corefold.backend.plan.Planner`) run only on lowered
-            graphs of at most this many tasks (the tilings' and knobs' trials: ``trial_knobs_tasks``,
-            since stop 45): each costs steps 3-6 and a timed run. The int8 ResNet-50 on
+        trial_tasks: the trials of the placement seeds and of sharing in place
+            (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at most this
+            many tasks (the tilings' and knobs' trials: ``trial_knobs_tasks``, since stop 45; the
+            other ``spread`` and ``headroom`` values too, since stop 46): each costs steps 3-6 and a timed run. The int8 ResNet-50 on
             ``npu-array`` (1633 tasks since its rows are cut with SRAM to spare) lowers in
             7.1 s without them, in 22.6 s with them, past the 20 s goal, for 408.7 -> 341.7 us;
             the bench's 8 x 8 rows have at most 1470 (the int8 EfficientNet-B0). At stop 45, with
@@ -75,9 +75,13 @@ class LowerSettings:
             it: the float rows of ``bench/backend.py`` gain with it (Inception v1 495.6 -> 426.1
             us), while on the 4-core ``npu-2x2`` some of M1's float ResNet-50 executables,
             bound by DRAM staging, lose (250.2 -> 398.7 us).
-        trial_knobs_tasks: the trials of ``insertion``, ``vector_copies``, ``bands`` and ``input_pieces``, and of
-            the further ``min_rows`` and ``trial_pieces`` values, run on graphs whose first tiling
-            has at most this many tasks, even past ``trial_tasks`` (stop 45: a tiling moves a large
+        trial_knobs_tasks: the trials of the further ``spread`` and ``headroom`` pairs, of ``insertion``,
+            ``vector_copies``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
+            ``trial_pieces`` values, run on graphs whose first tiling has at most this many tasks,
+            even past ``trial_tasks``. Stop 46 added the pairs: the int8 ResNet-50 on ``npu-array``
+            (first tiling of 1633 tasks) then keeps spread 4 and headroom 0.5, with which its
+            finer rows (``min_rows`` 1) fit the NoC buffers, 274.4 -> 242.9 us, lowered in 13.0 s
+            (10.0-11.9 s before); no row of the 8x8 ``npu`` moves (stop 45: a tiling moves a large
             graph more than the clusterings' pairs do; the int8 ResNet-50 on ``npu-array`` 322.0 ->
             274.4 us, lowered in 10.6 s, with these trials but not the clusterings', the seeds' and
             sharing's, which ``trial_tasks`` keeps for smaller graphs): each costs a clustering or a tiling

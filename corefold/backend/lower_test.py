@@ -919,7 +919,8 @@ def test_headroom_leaves_every_core_room_beside_its_weights_and_the_faster_clust
     tried = rep["clusterings_tried"]
     assert [h for _, h, _ in tried] == [0.0, 0.5] and all(isinstance(v, float) for _, _, v in tried)
     assert rep["headroom"] == min(tried, key=lambda shv: shv[2])[1]
-    small = lower(g, t, replace(lower_mod.DEFAULT, trial_tasks=len(lg.tasks) - 1)).meta["order"]
+    small = lower(g, t, replace(lower_mod.DEFAULT, trial_tasks=len(lg.tasks) - 1,
+                                trial_knobs_tasks=len(lg.tasks) - 1)).meta["order"]
     assert "clusterings_tried" not in small and (small["spread"], small["headroom"]) == (2.5, 0.0)
     assert small["shared_in_place"] is False and small["shared_tried"] is False
     with pytest.raises(SettingsError, match="headroom"):
@@ -1007,12 +1008,12 @@ def test_each_min_rows_tiles_the_graph_and_the_faster_list_executable_is_kept():
             lower(g, t, replace(lower_mod.DEFAULT, min_rows=bad))
 
 
-def test_a_graph_past_trial_tasks_still_tries_its_tilings_and_knobs_within_trial_knobs_tasks():
-    """Past ``trial_tasks`` a lowering tries no further clustering, placement seed or sharing
-    in place, but within ``trial_knobs_tasks`` it still tries the further tilings (``min_rows``)
-    and the knobs: a tiling moves a large graph more than the clusterings' pairs do (int8
-    ResNet-50 on ``npu-array``: 322.0 -> 274.4 us). Below both limits, neither kind runs.
-    Every executable computes the executor's outputs."""
+def test_a_graph_past_trial_tasks_still_tries_its_tilings_clusterings_and_knobs_within_trial_knobs_tasks():
+    """Past ``trial_tasks`` a lowering tries no further placement seed or sharing in place,
+    but within ``trial_knobs_tasks`` it still tries the further clusterings, tilings
+    (``min_rows``) and the knobs: they move a large graph more (int8 ResNet-50 on
+    ``npu-array``: 322.0 -> 274.4 us with the tilings and knobs, 242.9 with the clusterings
+    too). Past both limits, none runs. Every executable computes the executor's outputs."""
     import importlib
     from dataclasses import replace
 
@@ -1021,7 +1022,8 @@ def test_a_graph_past_trial_tasks_still_tries_its_tilings_and_knobs_within_trial
     t = load_target("npu")
     feeds = random_inputs(g, 0)
     want = run(g, feeds)
-    base = replace(lower_mod.DEFAULT, min_rows=(2, 1), trial_pieces=(), trial_tasks=0)
+    base = replace(lower_mod.DEFAULT, min_rows=(2, 1), trial_pieces=(), trial_tasks=0, spread=(0.05, 2.5),
+                   headroom=(0.0,))
     reps = {}
     for knobs in (1 << 30, 0):
         exe = lower(g, t, replace(base, trial_knobs_tasks=knobs))
@@ -1033,10 +1035,14 @@ def test_a_graph_past_trial_tasks_still_tries_its_tilings_and_knobs_within_trial
     assert all(isinstance(v, float) for _, _, v in big["tilings_tried"])
     assert big["min_rows"] == min(big["tilings_tried"], key=lambda mpv: mpv[2])[0]
     assert "insertion_tried" in big
+    assert [(s, h) for s, h, _ in big["clusterings_tried"]] == [(0.05, 0.0), (2.5, 0.0)]
+    assert (big["spread"], big["headroom"]) == min(
+        (v, (s, h)) for s, h, v in big["clusterings_tried"] if isinstance(v, float))[1]
     none = reps[0]
     for rep in (big, none):
-        assert "clusterings_tried" not in rep and "seeds_tried" not in rep and rep["shared_tried"] is False
-    assert "tilings_tried" not in none and "insertion_tried" not in none and none["min_rows"] == 2
+        assert "seeds_tried" not in rep and rep["shared_tried"] is False
+    assert "tilings_tried" not in none and "insertion_tried" not in none and "clusterings_tried" not in none
+    assert none["min_rows"] == 2
 
 
 def _knob_trial_keeps_the_faster(g: Graph, t, settings, knob: str, values: tuple) -> dict:
