@@ -426,8 +426,10 @@ class Planner:
         for i, (name, o) in enumerate(lg.outputs):
             self.write_region(("output", i), o, name)
         cores: dict[Core, CorePlan] = {}
+        ids: dict[Core, set[int]] = {}
+        for b in self.buffers:
+            ids.setdefault(b.core, set()).add(b.id)
         for core in sorted(self.events, key=lambda c: (c[1], c[0])):
             evs = sorted(self.events[core], key=lambda e: e.key)
-            bufs = sorted({b.id for b in self.buffers if b.core == core})
-            cores[core] = CorePlan(core, evs, bufs)
+            cores[core] = CorePlan(core, evs, sorted(ids.get(core, ())))
         return Plan(cores, self.buffers, self.regions, self.tags)
