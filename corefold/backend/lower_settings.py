@@ -75,8 +75,14 @@ class LowerSettings:
             it: the float rows of ``bench/backend.py`` gain with it (Inception v1 495.6 -> 426.1
             us), while on the 4-core ``npu-2x2`` some of M1's float ResNet-50 executables,
             bound by DRAM staging, lose (250.2 -> 398.7 us).
+        reserve_pieces: whether the clustering keeps fresh cores for the weights still to place
+            counted once per task that reads them (True) or once per weight (False)
+            (:func:`~corefold.backend.place.cluster`'s ``reserve_pieces``); each further value is
+            tried like ``insertion``, after ``vector_copies`` (stop 46: int8 Inception v1
+            135.1 -> 97.7 us with it, float Inception v1 409.5 -> 545.2 and float SqueezeNet
+            73.9 -> 78.5 without a choice).
         trial_knobs_tasks: the trials of the further ``spread`` and ``headroom`` pairs, of ``insertion``,
-            ``vector_copies``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
+            ``vector_copies``, ``reserve_pieces``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
             ``trial_pieces`` values, run on graphs whose first tiling has at most this many tasks,
             even past ``trial_tasks``. Stop 46 added the pairs: the int8 ResNet-50 on ``npu-array``
             (first tiling of 1633 tasks) then keeps spread 4 and headroom 0.5, with which its
@@ -154,6 +160,7 @@ class LowerSettings:
     input_pieces: tuple[int, ...] = (0, 32)
     insertion: tuple[bool, ...] = (False, True)
     vector_copies: tuple[bool, ...] = (True, False)
+    reserve_pieces: tuple[bool, ...] = (False, True)
     trial_knobs_tasks: int = 2000
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0, 20.0)

@@ -165,7 +165,8 @@ def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: 
         say(f"cluster: spread {spread:g} headroom {headroom:g}")
         t = time.perf_counter()
         try:
-            other = cluster(lg, target, settings.acyclic, spread, headroom, False, settings.vector_copies[0])
+            other = cluster(lg, target, settings.acyclic, spread, headroom, settings.insertion[0],
+                            settings.vector_copies[0], settings.reserve_pieces[0])
         except CompileError as exc:
             tried.append([spread, headroom, str(exc)])
             continue
