@@ -32,7 +32,7 @@ class LowerSettings:
             every headroom, each one's list executable timed and the fastest kept; a
             clustering that would repeat one already made is skipped (:func:`~corefold.backend.trials.repeats`).
             Without the order search (nothing is timed), the first pair only.
-        trial_tasks: the trials of the placement seeds and of sharing in place
+        trial_tasks: the trials of the placement seeds, of ``reserve_pieces`` and of sharing in place
             (:class:`~corefold.backend.plan.Planner`) run only on lowered graphs of at most this
             many tasks (the tilings' and knobs' trials: ``trial_knobs_tasks``, since stop 45; the
             other ``spread`` and ``headroom`` values too, since stop 46): each costs steps 3-6 and a timed run. The int8 ResNet-50 on
@@ -78,11 +78,12 @@ class LowerSettings:
         reserve_pieces: whether the clustering keeps fresh cores for the weights still to place
             counted once per task that reads them (True) or once per weight (False)
             (:func:`~corefold.backend.place.cluster`'s ``reserve_pieces``); each further value is
-            tried like ``insertion``, after ``vector_copies`` (stop 46: int8 Inception v1
-            135.1 -> 97.7 us with it, float Inception v1 409.5 -> 545.2 and float SqueezeNet
-            73.9 -> 78.5 without a choice).
+            tried after the tilings and knobs, on the kept tiling, on graphs of at most
+            ``trial_tasks`` tasks (stop 46: int8 Inception v1 135.2 -> 104.5 us with it, which
+            pays off with its bands; the float Inception v1 ran 409.5 -> 545.2 and the float
+            SqueezeNet 73.9 -> 78.5 us with it always on).
         trial_knobs_tasks: the trials of the further ``spread`` and ``headroom`` pairs, of ``insertion``,
-            ``vector_copies``, ``reserve_pieces``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
+            ``vector_copies``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
             ``trial_pieces`` values, run on graphs whose first tiling has at most this many tasks,
             even past ``trial_tasks``. Stop 46 added the pairs: the int8 ResNet-50 on ``npu-array``
             (first tiling of 1633 tasks) then keeps spread 4 and headroom 0.5, with which its
