@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corefold.backend.activations import activation_cost, fused_activation
 from corefold.backend.boxes import Piece, Shape, coalesce, prod, reshape_pieces, shift, sub_pieces
 from corefold.backend.executable import Op, QuantTensor
-from corefold.backend.tile import INTEGER_DOMAIN, activation_cost, fused_activation
+from corefold.backend.tile import INTEGER_DOMAIN
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value

@@ -677,8 +677,8 @@ def test_a_core_takes_the_searched_order_only_when_the_search_finds_it_faster(mo
     from dataclasses import replace
 
     from corefold.backend import core_order
+    from corefold.backend.mesh import place_on_mesh
     from corefold.backend.order import order_tasks
-    from corefold.backend.place import place_on_mesh
 
     lower_mod = importlib.import_module("corefold.backend.lower")
     g = _conv_chain(16, 16, 4)
@@ -705,8 +705,8 @@ def test_the_searchs_release_times_are_the_timed_ends_of_the_list_executable():
     import importlib
 
     from corefold.backend.executable import Compute
+    from corefold.backend.mesh import place_on_mesh
     from corefold.backend.order import order_tasks
-    from corefold.backend.place import place_on_mesh
     from corefold.sim.timed import time_executable
 
     lower_mod = importlib.import_module("corefold.backend.lower")
@@ -867,8 +867,8 @@ def test_a_band_read_by_its_neighbours_too_is_computed_in_place_when_the_chip_ru
 
 def _list_orders(lg, cl, t):
     """The mesh placement and list-scheduling orders :func:`lower` starts from."""
+    from corefold.backend.mesh import place_on_mesh
     from corefold.backend.order import order_tasks
-    from corefold.backend.place import place_on_mesh
 
     cores = place_on_mesh(cl, t, 0, 1)
     core_of = [cores[k] for k in cl.group]

@@ -354,7 +354,7 @@ def _siblings(node: Node) -> int:
 
 def _seconds(node: Node, target: Target) -> float:
     """The node's compute time, a fused activation's included."""
-    from corefold.backend.tile import activation_cost, fused_activation
+    from corefold.backend.activations import activation_cost, fused_activation
 
     try:
         act = fused_activation(node)

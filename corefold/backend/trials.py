@@ -32,7 +32,8 @@ import numpy as np
 from corefold.backend.assemble import arrival_times, assemble_into
 from corefold.backend.lgraph import LoweredGraph
 from corefold.backend.lower_settings import LowerSettings
-from corefold.backend.place import Clustering, cluster, place_on_mesh
+from corefold.backend.mesh import place_on_mesh
+from corefold.backend.place import Clustering, cluster
 from corefold.errors import CompileError
 from corefold.target import Target
 
