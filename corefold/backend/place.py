@@ -206,7 +206,8 @@ def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: floa
     row bands of a convolution each with a copy of its weights), not once per weight: more
     cores stay fresh for the later layers. Without it the int8 Inception v1's last
     convolutions, whose weights are a third of its 7 MB, found the early layers spread over
-    every core and ran as 36 pieces on 7 cores (135.1 us; 97.7 with it).
+    every core and ran as 36 pieces on 7 cores (135.1 us; 97.7 with it on from the start,
+    104.5 as :func:`~corefold.backend.lower.lower` tries it, after the tilings).
 
     Raises:
         CompileError: ``core count`` when the tasks need more cores than the target has
