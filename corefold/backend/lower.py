@@ -39,6 +39,7 @@ from corefold.backend.lgraph import LoweredGraph, build
 
 # the settings and presets are imported from here too (corefold.backend, the CLI, M1)
 from corefold.backend.lower_settings import DEFAULT, FAST, PRESETS, SEARCH, STRONG, LowerSettings  # noqa: F401
+from corefold.backend.pack import pack
 from corefold.backend.place import Clustering, cluster, copies_choose_engine
 from corefold.backend.tile import tile
 from corefold.backend.trials import (
@@ -77,8 +78,14 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
                             settings.bands[0], settings.input_pieces[0]), target)
             _check_weights(lg, target)
+            packed = None
+            if settings.pack_cores:
+                packed = pack(lg, target)
+                if packed is None:
+                    raise CompileError("core count", f"target '{target.name}'", len(target.usable_cores) + 1,
+                                       len(target.usable_cores), "the tasks packed by SRAM alone")
             return lg, cluster(lg, target, settings.acyclic, settings.spread[0], settings.headroom[0],
-                               settings.insertion[0], settings.vector_copies[0], settings.reserve_pieces[0])
+                               settings.insertion[0], settings.vector_copies[0], settings.reserve_pieces[0], packed)
         except _NoRetry as exc:
             # NOTE: smaller pieces copy more weights; the first attempt's failure is the cause
             raise error or CompileError(exc.resource, exc.where, exc.need, exc.limit, exc.detail) from None
@@ -158,7 +165,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         # core cut, the cut tries (replicated weights, halos, more buffers) fail too, so a
         # subgraph M1 must split fails after one tile-and-cluster, not three
         say("check that it fits")
-        _prepare(graph, target, replace(settings, pieces_per_core=0.0))
+        try:
+            _prepare(graph, target, replace(settings, pieces_per_core=0.0))
+        except CompileError as exc:
+            return _packed(graph, target, settings, exc, say)
     p = settings.pieces_per_core
     tries = [p, p / 2, p / 4, 0.0] if p > 0 else [0.0]
     for i, pieces in enumerate(tries):
@@ -168,10 +178,34 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
                 say(f"again with {pieces:g} pieces per core")
             return _checked(_lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1
                                                                else 0.0, **fewer), say), target)
-        except CompileError:
+        except CompileError as exc:
             if i == len(tries) - 1:
-                raise
+                return _packed(graph, target, settings, exc, say)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _packed(graph: Graph, target: Target, settings: LowerSettings, error: CompileError,
+            say: Callable[[str], None]) -> Executable:
+    """:func:`lower`'s last try when every other ran out of SRAM or cores: the tasks packed
+    onto cores by SRAM (``pack_cores``), with each of the pieces per core tried before;
+    raises ``error`` (the unpacked tries' own) when this fails too, or when ``error`` is
+    another resource's or the settings pack already.
+
+    Raises:
+        CompileError: ``error``.
+    """
+    if settings.pack_cores or error.resource not in ("SRAM", "core count"):
+        raise error
+    p = settings.pieces_per_core
+    for pieces in [p, p / 2, p / 4, 0.0] if p > 0 else [0.0]:
+        say(f"again with the tasks packed onto cores by SRAM, {pieces:g} pieces per core")
+        try:
+            return _checked(_lower_once(graph, target, replace(settings, pack_cores=True, trial_pieces=(),
+                                                               pieces_per_core=pieces if pieces >= 1 else 0.0), say),
+                            target)
+        except CompileError:
+            continue
+    raise error
 
 
 def _silent(step: str) -> None:
@@ -346,6 +380,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     if insertion_tried:
         order_report["insertion_tried"] = insertion_tried  # [insertion, list latency or error]
     order_report["reserve_pieces"] = reserve
+    order_report["packed"] = settings.pack_cores
     if reserve_tried:
         order_report["reserve_pieces_tried"] = reserve_tried  # [reserve_pieces, list latency or error]
     order_report["min_rows"], order_report["pieces_per_core"] = min_rows, pieces

@@ -82,6 +82,12 @@ class LowerSettings:
             ``trial_tasks`` tasks (stop 46: int8 Inception v1 135.2 -> 104.5 us with it, which
             pays off with its bands; the float Inception v1 ran 409.5 -> 545.2 and the float
             SqueezeNet 73.9 -> 78.5 us with it always on).
+        pack_cores: place the tasks on cores by SRAM alone (:func:`~corefold.backend.pack.pack`:
+            the tasks reading the same weights together, best fit decreasing), then list-schedule
+            them there, instead of list-scheduling onto the cores. :func:`~corefold.backend.lower.lower`
+            falls back to it when every try runs out of SRAM or cores (the float ResNet-18 on
+            ``npu``, whose weights are 70% of the SRAM); the other clusterings' and the
+            clustering knobs' trials then fail, the tilings' trials are packed too.
         trial_knobs_tasks: the trials of the further ``spread`` and ``headroom`` pairs, of ``insertion``,
             ``vector_copies``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
             ``trial_pieces`` values, run on graphs whose first tiling has at most this many tasks,
@@ -162,6 +168,7 @@ class LowerSettings:
     insertion: tuple[bool, ...] = (False, True)
     vector_copies: tuple[bool, ...] = (True, False)
     reserve_pieces: tuple[bool, ...] = (False, True)
+    pack_cores: bool = False
     trial_knobs_tasks: int = 2000
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0, 20.0)

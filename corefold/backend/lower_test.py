@@ -1548,3 +1548,68 @@ def test_reserve_pieces_keeps_fresh_cores_for_each_pieces_weights_and_is_tried_a
     assert rep["reserve_pieces"] == min(tried, key=lambda vx: (vx[1], vx[0]))[0]
     single = lower(g, t, replace(lower_mod.DEFAULT, trial_pieces=(), reserve_pieces=(True,))).meta["order"]
     assert "reserve_pieces_tried" not in single and single["reserve_pieces"] is True
+
+
+def test_pack_puts_each_task_on_one_core_within_its_sram_and_the_tasks_of_one_weight_together():
+    """:func:`pack`: every task on one core, each core's weights (once) plus its largest
+    working set within 99% of its SRAM, the tasks reading the same weights on the same
+    core, no more cores than the target has; None when they do not fit."""
+    import importlib
+
+    from corefold.backend.pack import pack
+    from corefold.backend.testing import small_target
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _conv_chain(64, 16, 3, cols=64, in_ch=16)
+    t = small_target(4, 4, sram_kib=256, reserved_kib=4)
+    lg, _ = lower_mod._prepare(g, t, lower_mod.DEFAULT)
+    where = pack(lg, t)
+    assert where is not None and len(where) == len(lg.tasks) and min(where) == 0
+    assert max(where) < len(t.usable_cores)
+    cap = int(0.99 * t.sram_bytes)
+    for core in set(where):
+        mine = [task for task in lg.tasks if where[task.id] == core]
+        weights = {c for task in mine for c in lg.consts_of(task)}
+        used = sum(-(-lg.phys[c].nbytes // 64) * 64 for c in weights) + max(lg.working_bytes(x) for x in mine)
+        assert used <= cap
+    by_weights: dict[tuple, set[int]] = {}
+    for task in lg.tasks:
+        if lg.consts_of(task):
+            by_weights.setdefault(tuple(sorted(lg.consts_of(task))), set()).add(where[task.id])
+    assert all(len(cores) == 1 for cores in by_weights.values())
+    total = sum(lg.phys[c].nbytes for c in {c for task in lg.tasks for c in lg.consts_of(task)})
+    few = small_target(1, 1, sram_kib=256, reserved_kib=4, dram_attach="[[0, 0]]")
+    assert total > few.sram_bytes and pack(lg, few) is None  # the weights alone exceed the one core
+
+
+def test_when_list_scheduling_runs_out_of_cores_lower_packs_the_tasks_by_sram(monkeypatch):
+    """Every try of ``lower`` running out of cores (list scheduling made to fail here), it
+    tries the tasks packed onto cores by SRAM (``pack_cores``): the executable then computes
+    the executor's outputs. When packing fails too, the unpacked tries' own error is raised."""
+    import importlib
+    from dataclasses import replace
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _conv_chain(16, 16, 3)
+    t = load_target("npu-2x2")
+    real = lower_mod.cluster
+
+    def list_fails(lg, target, *args):
+        if len(args) < 7 or args[6] is None:
+            raise CompileError("core count", "target 'x'", 5, 4, "made to fail")
+        return real(lg, target, *args)
+
+    monkeypatch.setattr(lower_mod, "cluster", list_fails)
+    settings = replace(lower_mod.DEFAULT, trial_pieces=())
+    exe = lower(g, t, settings)
+    check_executable(exe, t)
+    feeds = random_inputs(g, 0)
+    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+    assert exe.meta["order"]["packed"] is True
+    assert lower(g, t, FAST_ONE := replace(settings, order_budget_seconds=0.0)).meta["order"]["packed"] is True
+    monkeypatch.setattr(lower_mod, "cluster", real)
+    assert lower(g, t, FAST_ONE).meta["order"]["packed"] is False
+    monkeypatch.setattr(lower_mod, "cluster", list_fails)
+    monkeypatch.setattr(lower_mod, "pack", lambda lg, target: None)
+    with pytest.raises(CompileError, match="made to fail"):
+        lower(g, t, settings)

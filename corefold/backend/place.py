@@ -171,7 +171,7 @@ def copies_choose_engine(lg: LoweredGraph, target: Target) -> bool:
 
 def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5,
             headroom: float = 0.0, insert: bool = False, vector_copies: bool = True,
-            reserve_pieces: bool = False) -> Clustering:
+            reserve_pieces: bool = False, packed: list[int] | None = None) -> Clustering:
     """Tasks onto groups (module docstring).
 
     A fresh group opens only while the groups open stay within ``spread`` times the
@@ -209,18 +209,26 @@ def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: floa
     every core and ran as 36 pieces on 7 cores (135.1 us; 97.7 with it on from the start,
     104.5 as :func:`~corefold.backend.lower.lower` tries it, after the tilings).
 
+    ``packed``: each task's core as :func:`corefold.backend.pack.pack` chose it (groups numbered in the order
+    their first task comes); only the times are list-scheduled, and neither the outputs
+    held for later readers (the SRAM plan spills them), the NoC streams (the emitted
+    program is checked for them) nor the direction constrain it.
+
     Raises:
         CompileError: ``core count`` when the tasks need more cores than the target has
             usable; ``SRAM`` when one task's weights and working set exceed a core;
             ``NoC buffers`` when a task reads from more cores than a core can receive from.
     """
-    return _Clusterer(lg, target, acyclic, spread, headroom, insert, vector_copies, reserve_pieces).run()
+    return _Clusterer(lg, target, acyclic, spread, headroom, insert, vector_copies, reserve_pieces, packed).run()
 
 
 class _Clusterer:
     def __init__(self, lg: LoweredGraph, target: Target, acyclic: bool, spread: float, headroom: float = 0.0,
-                 insert: bool = False, vector_copies: bool = True, reserve_pieces: bool = False):
+                 insert: bool = False, vector_copies: bool = True, reserve_pieces: bool = False,
+                 packed: list[int] | None = None):
         self.lg = lg
+        self.packed = packed
+        self.group_of_core: dict[int, int] = {}
         self.reserve_pieces = reserve_pieces
         self.insert = insert
         self.vector_copies = vector_copies
@@ -337,21 +345,22 @@ class _Clusterer:
             remote = [p for p in preds if self.group[p] != g]
             rbytes = sum(preds[p] for p in remote)
             if g >= 0:
-                if self.acyclic and self.reach[g] & pmask & ~(1 << g):
+                if self.acyclic and self.packed is None and self.reach[g] & pmask & ~(1 << g):
                     self.rejected["direction"] += 1
                     continue  # g reaches a producer's group: a cycle
                 new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
                 mine = sum(preds[p] for p in local)  # held inputs are part of the working set
                 most = max(self.wsmax[g], ws)
                 crowded = new_w > 0 and self.wbytes[g] + new_w + (1 + self.headroom) * most > self.cap
-                if self.wbytes[g] + new_w + most + max(0, self.held[g] - mine) > self.cap:
+                held = 0 if self.packed is not None else max(0, self.held[g] - mine)
+                if self.wbytes[g] + new_w + most + held > self.cap:
                     self.rejected["SRAM"] += 1
                     continue
-                if len(self.sources[g] | (pred_groups - {g})) > self.streams:
+                if self.packed is None and len(self.sources[g] | (pred_groups - {g})) > self.streams:
                     self.rejected["NoC buffers"] += 1
                     continue
-                if any(g not in self.fanin[r] and len(self.fanin[r]) >= self.streams
-                       for r in self.wide_readers[t.id]):
+                if self.packed is None and any(g not in self.fanin[r] and len(self.fanin[r]) >= self.streams
+                                               for r in self.wide_readers[t.id]):
                     self.rejected["NoC buffers"] += 1
                     continue  # a reader of many producers would receive from too many cores
                 ingress = self.ingress[g]
@@ -359,9 +368,9 @@ class _Clusterer:
                 dma_free = min(self.free[g]["dma"])
                 delta = new_w + max(0, ws - self.wsmax[g])
             else:
-                if len(pred_groups) > self.streams:
+                if self.packed is None and len(pred_groups) > self.streams:
                     continue
-                if any(len(self.fanin[r]) >= self.streams for r in self.wide_readers[t.id]):
+                if self.packed is None and any(len(self.fanin[r]) >= self.streams for r in self.wide_readers[t.id]):
                     self.rejected["NoC buffers"] += 1
                     continue
                 ingress = 0.0
@@ -442,10 +451,16 @@ class _Clusterer:
             may_open = could_open and opened < max(budget, 1)
             limited |= could_open and not may_open
             rest = remaining_w - own_new
-            best = self.best_group(t, self.candidates(t, preds) + ([-1] if may_open else []), preds, tc, ws, rest)
-            if best is None and opened > len(self.candidates(t, preds)):
+            if self.packed is not None:
+                best = self.best_group(t, [self.group_of_core.get(self.packed[t.id], -1)], preds, tc, ws, rest)
+                if best is not None and best[1] < 0:
+                    best = (best[0], self.open_group(), best[2])
+                    self.group_of_core[self.packed[t.id]] = best[1]
+            else:
+                best = self.best_group(t, self.candidates(t, preds) + ([-1] if may_open else []), preds, tc, ws, rest)
+            if best is None and self.packed is None and opened > len(self.candidates(t, preds)):
                 best = self.best_group(t, list(range(opened)) + ([-1] if may_open else []), preds, tc, ws, rest)
-            if best is None and not may_open and opened < self.k_max:
+            if best is None and self.packed is None and not may_open and opened < self.k_max:
                 best = self.best_group(t, [-1], preds, tc, ws, rest)
             if best is None:
                 self.fail(t, preds)
@@ -485,7 +500,8 @@ class _Clusterer:
                 self.wbytes[g] += self.wsize[c]
         # NOTE: what the group holds for later readers is live beside this working set
         mine = sum(b for p, b in preds.items() if self.group[p] == g)
-        self.wsmax[g] = max(self.wsmax[g], ws + max(0, self.held[g] - int(mine)))
+        # (packed: the SRAM plan spills what the core holds for later readers)
+        self.wsmax[g] = max(self.wsmax[g], ws + (0 if self.packed is not None else max(0, self.held[g] - int(mine))))
         self.reserved += self.wbytes[g] + self.wsmax[g] - before
         if copies and copy_kind != "dma":  # booked after t took its unit (a vector task: on the other engine)
             self._copy_on(g, copy_kind, max([self.end[p] for p in preds if self.group[p] == g]), copies / copy_rate)
