@@ -127,7 +127,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
     ``settings.pieces_per_core`` runs out of a resource, it is tried again with half of
     them, a quarter, then none (only what does not fit a core is cut); the error is the
     last attempt's. (Straight from 8 to 2 pieces per core, the int8 EfficientNet-B0, whose
-    8 overflow one core's instruction memory, ran 635 us instead of 439 at 4.) Tile and cluster with nothing cut for parallelism run first: when they fail
+    8 overflow one core's instruction memory, ran 635 us instead of 439 at 4.) When every
+    try runs out of SRAM or cores, the tasks are packed onto cores by SRAM alone and tried
+    again (``pack_cores``, :func:`~corefold.backend.pack.pack`); if that fails too, the
+    unpacked tries' error is raised. Tile and cluster with nothing cut for parallelism run first: when they fail
     (SRAM, core count), so does every try, and that error is raised at once.
 
     Raises:
