@@ -1550,10 +1550,12 @@ def test_reserve_pieces_keeps_fresh_cores_for_each_pieces_weights_and_is_tried_a
     assert "reserve_pieces_tried" not in single and single["reserve_pieces"] is True
 
 
-def test_pack_puts_each_task_on_one_core_within_its_sram_and_the_tasks_of_one_weight_together():
+def test_pack_puts_each_task_on_one_core_within_its_sram_and_spreads_the_busiest_weights():
     """:func:`pack`: every task on one core, each core's weights (once) plus its largest
-    working set within 99% of its SRAM, the tasks reading the same weights on the same
-    core, no more cores than the target has; None when they do not fit."""
+    working set within 99% of its SRAM, no more cores than the target has; the tasks that
+    read the same weights packed together, then spread over copies of them where cores
+    have room (here every convolution's bands over several cores); None when they do not
+    fit."""
     import importlib
 
     from corefold.backend.pack import pack
@@ -1576,7 +1578,7 @@ def test_pack_puts_each_task_on_one_core_within_its_sram_and_the_tasks_of_one_we
     for task in lg.tasks:
         if lg.consts_of(task):
             by_weights.setdefault(tuple(sorted(lg.consts_of(task))), set()).add(where[task.id])
-    assert all(len(cores) == 1 for cores in by_weights.values())
+    assert all(len(cores) > 1 for cores in by_weights.values())
     total = sum(lg.phys[c].nbytes for c in {c for task in lg.tasks for c in lg.consts_of(task)})
     few = small_target(1, 1, sram_kib=256, reserved_kib=4, dram_attach="[[0, 0]]")
     assert total > few.sram_bytes and pack(lg, few) is None  # the weights alone exceed the one core
