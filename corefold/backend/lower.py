@@ -417,7 +417,9 @@ def fits(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) -> Com
     Runs tile and cluster (which decide SRAM, NoC buffers and core count) and estimates
     each core's instruction memory from its tasks and transfers. It skips the mesh
     placement, the order search and the SRAM plan, whose spills may still, rarely, make
-    :func:`lower` fail where this passes. O(V * (k + deg^2)).
+    :func:`lower` fail where this passes; and it answers for list scheduling alone, where
+    :func:`lower` falls back to packing the tasks by SRAM (``pack_cores``), which may
+    fit what this refuses (M1 then splits such a subgraph). O(V * (k + deg^2)).
     """
     from corefold.backend.cfx import estimate_program_bytes
 
