@@ -219,3 +219,24 @@ def test_on_a_terminal_one_line_shows_the_step_lowering_is_at_and_quiet_shows_no
         assert out.err == ""  # not a terminal: no progress line either way
         outs.append(re.sub(r"lower time .*|wrote .*", "", out.out))
     assert outs[0] == outs[1]
+
+
+def test_a_model_list_scheduling_cannot_place_is_packed_onto_the_cores_by_sram(tmp_path, capsys):
+    """On one 64 KiB core list scheduling asks for a second core; ``lower`` then packs the
+    tasks onto the one core by SRAM, says so, and the executable matches ONNX Runtime."""
+    text = PRESET_2X2
+    for old, new in {"width = 2 ": "width = 1 ", "height = 2 ": "height = 1 ", "sram_kib = 1024": "sram_kib = 64",
+                     "sram_reserved_kib = 64": "sram_reserved_kib = 8",
+                     "dram_attach = [[0, 0], [0, 1], [1, 0], [1, 1]]": "dram_attach = [[0, 0]]"}.items():
+        assert old in text
+        text = text.replace(old, new)
+    target = tmp_path / "one.toml"
+    target.write_text(text)
+    out, rep = tmp_path / "m.cfx", tmp_path / "r.json"
+    code = main(["lower", MODEL, "--target", str(target), "--preset", "fast", "-o", str(out), "--report", str(rep)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "1 of 1 used" in text and "tasks packed onto cores by SRAM" in text
+    assert json.loads(rep.read_text())["trials"]["packed"] is True
+    assert main(["sim", str(out), "--target", str(target), "--check", MODEL]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out

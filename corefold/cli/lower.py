@@ -188,7 +188,8 @@ def print_summary(model: str, s: dict) -> None:
         detail = ", ".join(f"({x},{y}) {n}" for (x, y), n in zip(s["cores"], per, strict=True))
     else:
         detail = f"{min(per)} to {max(per)}, mean {sum(per) / len(per):.1f}"
-    print(f"cores        {s['cores_used']} of {w * h} used; instructions per core: {detail}")
+    packed = "; tasks packed onto cores by SRAM (list scheduling ran out of cores)" if s["trials"].get("packed") else ""
+    print(f"cores        {s['cores_used']} of {w * h} used; instructions per core: {detail}{packed}")
     kinds = ", ".join(f"{k} {n}" for k, n in s["instructions_by_kind"].items() if n)
     print(f"instructions {s['instructions']} ({kinds}); {s['ops']} ops")
     extents, cap = s["sram_extent_bytes"], s["sram_capacity_bytes"]
