@@ -443,7 +443,8 @@ class _Clusterer:
                                    f"task '{t.name}' with its weights and working set")
             preds = edges[t.id]
             own_new = sum(self.wsize[c] for c in tc if const_users[c] == 1)
-            demand -= own
+            if self.reserve_pieces:
+                demand -= own
             reserve = int(np.ceil(max(0, demand if self.reserve_pieces else remaining_w - own_new) / (0.9 * cap)))
             budget = int(np.ceil(self.k_max * min(1.0, self.spread * done_work / total_work)))
             opened = len(self.free)
