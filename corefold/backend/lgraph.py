@@ -24,6 +24,7 @@ O(V + E + pieces).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,16 @@ from corefold.errors import UnsupportedOpError
 from corefold.ir import Graph, Node, Value
 from corefold.passes.split.split import ACTIVATION_META, JOIN_META
 from corefold.target import Target
+
+_PIECES = re.compile(r"(?:_(?:rows|part)\d+)+$")
+
+
+def operator_name(piece: str) -> str:
+    """The operator a piece was cut from: ``piece`` without its trailing ``_rows<k>`` and
+    ``_part<k>`` suffixes (``conv_part1_rows3`` -> ``conv``), as the tile step names its
+    pieces. O(len(piece))."""
+    return _PIECES.sub("", piece) or piece
+
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 

@@ -76,11 +76,12 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
     while threshold >= target.sram_bytes // 8:
         try:
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
-                            settings.bands[0], settings.input_pieces[0]), target)
+                            settings.bands[0], settings.input_pieces[0],
+                            settings.pack_slices if settings.pack_cores else 0), target)
             _check_weights(lg, target)
             packed = None
             if settings.pack_cores:
-                packed = pack(lg, target)
+                packed = pack(lg, target, settings.pack_apart)
                 if packed is None:
                     raise CompileError("core count", f"target '{target.name}'", len(target.usable_cores) + 1,
                                        len(target.usable_cores), "the tasks packed by SRAM alone")
@@ -158,6 +159,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}")
     if settings.trial_budget < 0:
         raise SettingsError(f"trial_budget: >= 0, got {settings.trial_budget}")
+    if settings.pack_apart < 0 or settings.pack_slices < 0:
+        raise SettingsError(f"pack_apart, pack_slices: >= 0, got {settings.pack_apart}, {settings.pack_slices}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
@@ -193,7 +196,8 @@ def _packed(graph: Graph, target: Target, settings: LowerSettings, error: Compil
     onto cores by SRAM (``pack_cores``), with a quarter of the pieces per core first, then
     half, all, none (a packed core holds a convolution's bands beside its weights, and with
     more pieces more of their buffers at once: the float ResNet-18's SRAM plans ran out at 8
-    and 4, after 12 s of trials); raises ``error`` (the unpacked tries' own) when this fails
+    and 4, after 12 s of trials), each with ``settings.pack_apart`` and then, if that does not
+    lower, with 0; raises ``error`` (the unpacked tries' own) when this fails
     too, or when ``error`` is another resource's or the settings pack already.
 
     Raises:
@@ -203,13 +207,16 @@ def _packed(graph: Graph, target: Target, settings: LowerSettings, error: Compil
         raise error
     p = settings.pieces_per_core
     for pieces in [p / 4, p / 2, p, 0.0] if p > 0 else [0.0]:
-        say(f"again with the tasks packed onto cores by SRAM, {pieces:g} pieces per core")
-        try:
-            return _checked(_lower_once(graph, target, replace(settings, pack_cores=True, trial_pieces=(),
-                                                               pieces_per_core=pieces if pieces >= 1 else 0.0), say),
-                            target)
-        except CompileError:
-            continue
+        for apart in dict.fromkeys([settings.pack_apart, 0]):
+            say(f"again with the tasks packed onto cores by SRAM, {pieces:g} pieces per core"
+                + (f", each operator on {apart} cores apart" if apart else ""))
+            try:
+                return _checked(_lower_once(graph, target, replace(settings, pack_cores=True, pack_apart=apart,
+                                                                   trial_pieces=(),
+                                                                   pieces_per_core=pieces if pieces >= 1 else 0.0),
+                                            say), target)
+            except CompileError:
+                continue
     raise error
 
 

@@ -88,6 +88,19 @@ class LowerSettings:
             falls back to it when every try runs out of SRAM or cores (the float ResNet-18 on
             ``npu``, whose weights are 70% of the SRAM); the other clusterings' and the
             clustering knobs' trials then fail, the tilings' trials are packed too.
+        pack_apart: with ``pack_cores``, the fewest cores an operator's weight items are put on
+            apart (each onto a core without the operator, a fresh one if none has room, while it
+            is on fewer; :func:`~corefold.backend.pack.pack`'s ``apart``): the float ResNet-18's
+            convolutions ran their channel parts two after each other on half as many cores.
+            :func:`~corefold.backend.lower.lower` tries 0 (best fit only) when it does not lower.
+            The float ResNet-18 with ``pack_slices`` 2: 1138.9 us at 0, 1099.3 at 2, **837.9**
+            at 3, 903.5 at 4, 927.8 at 10 (lowered in 12.3 s, since its 2 pieces per core
+            overflowed a core's NoC buffers), at 16 it did not lower before 0 pieces per core.
+        pack_slices: with ``pack_cores``, the tile step cuts each row band of a matrix operator
+            with more than :data:`~corefold.backend.parallel.SLICE_BYTES` of weights into this
+            many pieces on output channels (:func:`~corefold.backend.parallel.cut_for_parallelism`'s
+            ``slices``; 0 or 1: none): the float ResNet-18 at ``pack_apart`` 3, 1066.8 us without,
+            **837.9** with 2, 1136.0 with 3, 1096.5 with 2 and every matrix operator sliced.
         trial_knobs_tasks: the trials of the further ``spread`` and ``headroom`` pairs, of ``insertion``,
             ``vector_copies``, ``bands`` and ``input_pieces``, and of the further ``min_rows`` and
             ``trial_pieces`` values, run on graphs whose first tiling has at most this many tasks,
@@ -169,6 +182,8 @@ class LowerSettings:
     vector_copies: tuple[bool, ...] = (True, False)
     reserve_pieces: tuple[bool, ...] = (False, True)
     pack_cores: bool = False
+    pack_apart: int = 3
+    pack_slices: int = 2
     trial_knobs_tasks: int = 2000
     relay_chips: bool = True
     trial_pieces: tuple[float, ...] = (16.0, 20.0)

@@ -1550,40 +1550,6 @@ def test_reserve_pieces_keeps_fresh_cores_for_each_pieces_weights_and_is_tried_a
     assert "reserve_pieces_tried" not in single and single["reserve_pieces"] is True
 
 
-def test_pack_puts_each_task_on_one_core_within_its_sram_and_spreads_the_busiest_weights():
-    """:func:`pack`: every task on one core, each core's weights (once) plus its largest
-    working set within 99% of its SRAM, no more cores than the target has; the tasks that
-    read the same weights packed together, then spread over copies of them where cores
-    have room (here every convolution's bands over several cores); None when they do not
-    fit."""
-    import importlib
-
-    from corefold.backend.pack import pack
-    from corefold.backend.testing import small_target
-
-    lower_mod = importlib.import_module("corefold.backend.lower")
-    g = _conv_chain(64, 16, 3, cols=64, in_ch=16)
-    t = small_target(4, 4, sram_kib=256, reserved_kib=4)
-    lg, _ = lower_mod._prepare(g, t, lower_mod.DEFAULT)
-    where = pack(lg, t)
-    assert where is not None and len(where) == len(lg.tasks) and min(where) == 0
-    assert max(where) < len(t.usable_cores)
-    cap = int(0.99 * t.sram_bytes)
-    for core in set(where):
-        mine = [task for task in lg.tasks if where[task.id] == core]
-        weights = {c for task in mine for c in lg.consts_of(task)}
-        used = sum(-(-lg.phys[c].nbytes // 64) * 64 for c in weights) + max(lg.working_bytes(x) for x in mine)
-        assert used <= cap
-    by_weights: dict[tuple, set[int]] = {}
-    for task in lg.tasks:
-        if lg.consts_of(task):
-            by_weights.setdefault(tuple(sorted(lg.consts_of(task))), set()).add(where[task.id])
-    assert all(len(cores) > 1 for cores in by_weights.values())
-    total = sum(lg.phys[c].nbytes for c in {c for task in lg.tasks for c in lg.consts_of(task)})
-    few = small_target(1, 1, sram_kib=256, reserved_kib=4, dram_attach="[[0, 0]]")
-    assert total > few.sram_bytes and pack(lg, few) is None  # the weights alone exceed the one core
-
-
 def test_when_list_scheduling_runs_out_of_cores_lower_packs_the_tasks_by_sram(monkeypatch):
     """Every try of ``lower`` running out of cores (list scheduling made to fail here), it
     tries the tasks packed onto cores by SRAM (``pack_cores``): the executable then computes
@@ -1612,6 +1578,6 @@ def test_when_list_scheduling_runs_out_of_cores_lower_packs_the_tasks_by_sram(mo
     monkeypatch.setattr(lower_mod, "cluster", real)
     assert lower(g, t, FAST_ONE).meta["order"]["packed"] is False
     monkeypatch.setattr(lower_mod, "cluster", list_fails)
-    monkeypatch.setattr(lower_mod, "pack", lambda lg, target: None)
+    monkeypatch.setattr(lower_mod, "pack", lambda lg, target, apart=0: None)
     with pytest.raises(CompileError, match="made to fail"):
         lower(g, t, settings)

@@ -113,12 +113,19 @@ WEIGHTLESS_BYTES = 1024
 #: band of a matrix operator whose rows are too few for its time (:func:`_band_pieces`).
 BAND_PIECES = 4
 
+#: A tiling for cores packed by SRAM (``cut_for_parallelism``'s ``slices``) cuts the row bands
+#: of a matrix operator with more than this many bytes of weights on output channels: a band
+#: then holds a slice of the weights, which the packing may copy into the room a packed core
+#: leaves (about 120 KB a core when the float ResNet-18 is packed).
+SLICE_BYTES = 64 * 1024
+
 #: Operators whose pieces read their whole input when cut on output channels.
 MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
 def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE,
-                        min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0) -> int:
+                        min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0,
+                        slices: int = 0) -> int:
     """Cut the operators of ``graph`` (in place, topologically sorted) as the module
     docstring says, row bands of at least ``min_rows`` rows; return how many were cut.
 
@@ -141,6 +148,14 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     what runs after it sets the latency (the int8 SqueezeNet's input quantizer in 8 pieces
     of 0.9 us behind shares of 2.95 us; in 32, 46.8 -> 40.5 us). The operators after it
     follow the finer cut, so it too is a tiling :func:`~corefold.backend.lower.lower` tries.
+
+    ``slices`` (a tiling for cores packed by SRAM, ``LowerSettings.pack_cores``): every row
+    band of a matrix operator with more than :data:`SLICE_BYTES` of weights is cut into that
+    many pieces on output channels (none: 0 or 1), so that the operator's weights are several
+    items that the packing puts on several cores, and that fit where a copy of the whole would
+    not (:func:`~corefold.backend.pack.pack`; float ResNet-18, whose 3 x 3 convolutions on
+    56 x 56 and 28 x 28 ran their bands on one or two cores: with the other packing rules
+    1428.1 -> 837.9 us).
 
     ``graph`` is the tile step's private copy: every operator already fits a core, and
     pieces, being smaller, fit too.
@@ -211,8 +226,11 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
                 k = _even_bands(node.outputs[0].shape[2], k, min_rows)
             if k < 2:
                 continue
+            own_weights = _constant_bytes(node)  # (the cut empties the node)
             join = cut_rows(graph, node, k)
-            if banded and want > k and _siblings(node) <= 2 and (node.op_type in MATRIX_OPS or node.op_type in ROW_OPS):
+            if slices >= 2 and node.op_type in MATRIX_OPS and own_weights > SLICE_BYTES:
+                _cut_bands(graph, join, slices)
+            elif banded and want > k and _siblings(node) <= 2 and (node.op_type in MATRIX_OPS or node.op_type in ROW_OPS):
                 _cut_bands(graph, join, _band_pieces(node, want, k, seconds[node], target))
             elif roomy_weightless and node.op_type in MATRIX_OPS and want >= 2 * k and _siblings(node) == 1:
                 _cut_bands(graph, join, _band_pieces(node, want, k, seconds[node], target))

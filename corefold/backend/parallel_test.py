@@ -704,3 +704,31 @@ def test_a_row_cut_read_at_row_stride_2_takes_equal_bands_of_even_rows_one_per_r
     feeds = random_inputs(g, 4)
     exe = lower(g, t, LowerSettings(order_budget_seconds=0.0))
     assert max_relative_error(run(g, feeds), run_simulation(exe, feeds, t).outputs) <= 1e-5
+
+
+def test_slices_cut_the_bands_of_a_heavy_conv_in_two_on_channels_and_keep_the_outputs():
+    """The tiling for cores packed by SRAM (``slices`` 2): the row bands of a 3 x 3 conv
+    with 147 KiB of weights (over :data:`SLICE_BYTES`) are each cut into two channel pieces,
+    each holding half of the weights; the 18 KiB conv before it keeps whole bands. Every
+    channel of every row is computed once, and the tiled graph computes the original's
+    outputs."""
+    from corefold.backend.lower_test import _conv_chain
+    from corefold.backend.parallel import SLICE_BYTES
+
+    g = _conv_chain(64, 16, 2, cols=16, in_ch=8)
+    weights = {n.name: sum(v.nbytes for v in n.inputs if v is not None and v.is_constant) for n in g.nodes
+               if n.op_type == "Conv"}
+    assert weights["conv0"] <= SLICE_BYTES < weights["conv1"]
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    plain, sliced = copy_graph(g), copy_graph(g)
+    cut_for_parallelism(plain, t, pieces_per_core=1.0)
+    cut_for_parallelism(sliced, t, pieces_per_core=1.0, slices=2)
+    bands = [n for n in plain.nodes if n.op_type == "Conv" and n.name.startswith("conv1")]
+    pieces = [n for n in sliced.nodes if n.op_type == "Conv" and n.name.startswith("conv1")]
+    assert len(bands) >= 2 and len(pieces) == 2 * len(bands)
+    assert all(n.outputs[0].shape[1] == 32 and n.inputs[1].shape[0] == 32 for n in pieces)
+    assert sum(n.outputs[0].shape[1] * n.outputs[0].shape[2] for n in pieces) == 64 * 16
+    assert ([n.name for n in plain.nodes if n.name.startswith("conv0")]
+            == [n.name for n in sliced.nodes if n.name.startswith("conv0")])
+    feeds = random_inputs(g, 7)
+    assert max_relative_error(run(g, feeds), run(sliced, feeds)) <= 1e-6

@@ -33,25 +33,19 @@ O(I + P) for I instructions and P critical-path steps.
 from __future__ import annotations
 
 import csv
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from corefold.backend.executable import Compute, Executable
+from corefold.backend.lgraph import operator_name
 from corefold.sim.critical import CriticalPath, critical_path
 from corefold.sim.timed import TimedRun
 
-_PIECES = re.compile(r"(?:_(?:rows|part)\d+)+$")
+__all__ = ["COLUMNS", "OperatorTime", "operator_name", "operator_profile", "summary", "write_csv"]
 
 #: The columns of :func:`write_csv` (times in microseconds, from the run's start).
 COLUMNS = ("operator", "op_type", "pieces", "cores", "start_us", "end_us", "span_us", "busy_us", "longest_us",
            "critical_us")
-
-
-def operator_name(piece: str) -> str:
-    """The operator a piece was cut from: ``piece`` without its trailing ``_rows<k>`` and
-    ``_part<k>`` suffixes (``conv_part1_rows3`` -> ``conv``). O(len(piece))."""
-    return _PIECES.sub("", piece) or piece
 
 
 @dataclass(frozen=True)
