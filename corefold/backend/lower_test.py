@@ -1548,36 +1548,3 @@ def test_reserve_pieces_keeps_fresh_cores_for_each_pieces_weights_and_is_tried_a
     assert rep["reserve_pieces"] == min(tried, key=lambda vx: (vx[1], vx[0]))[0]
     single = lower(g, t, replace(lower_mod.DEFAULT, trial_pieces=(), reserve_pieces=(True,))).meta["order"]
     assert "reserve_pieces_tried" not in single and single["reserve_pieces"] is True
-
-
-def test_when_list_scheduling_runs_out_of_cores_lower_packs_the_tasks_by_sram(monkeypatch):
-    """Every try of ``lower`` running out of cores (list scheduling made to fail here), it
-    tries the tasks packed onto cores by SRAM (``pack_cores``): the executable then computes
-    the executor's outputs. When packing fails too, the unpacked tries' own error is raised."""
-    import importlib
-    from dataclasses import replace
-
-    lower_mod = importlib.import_module("corefold.backend.lower")
-    g = _conv_chain(16, 16, 3)
-    t = load_target("npu-2x2")
-    real = lower_mod.cluster
-
-    def list_fails(lg, target, *args):
-        if len(args) < 7 or args[6] is None:
-            raise CompileError("core count", "target 'x'", 5, 4, "made to fail")
-        return real(lg, target, *args)
-
-    monkeypatch.setattr(lower_mod, "cluster", list_fails)
-    settings = replace(lower_mod.DEFAULT, trial_pieces=())
-    exe = lower(g, t, settings)
-    check_executable(exe, t)
-    feeds = random_inputs(g, 0)
-    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
-    assert exe.meta["order"]["packed"] is True
-    assert lower(g, t, FAST_ONE := replace(settings, order_budget_seconds=0.0)).meta["order"]["packed"] is True
-    monkeypatch.setattr(lower_mod, "cluster", real)
-    assert lower(g, t, FAST_ONE).meta["order"]["packed"] is False
-    monkeypatch.setattr(lower_mod, "cluster", list_fails)
-    monkeypatch.setattr(lower_mod, "pack", lambda lg, target, apart=0: None)
-    with pytest.raises(CompileError, match="made to fail"):
-        lower(g, t, settings)

@@ -2,6 +2,7 @@ import importlib
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from corefold.backend import check_executable, lower, run_executable
 from corefold.backend.lgraph import LoweredGraph, operator_name
@@ -11,8 +12,23 @@ from corefold.backend.testing import max_relative_error, small_target
 from corefold.errors import CompileError
 from corefold.executor import random_inputs, run
 from corefold.ir import Graph
+from corefold.target import load_target
 
 lower_mod = importlib.import_module("corefold.backend.lower")
+
+
+def _list_scheduling_fails(monkeypatch, cores: int):
+    """Make every clustering but a packed one fail with a core count error, as when list
+    scheduling runs out of cores; returns the real ``cluster``."""
+    real = lower_mod.cluster
+
+    def list_fails(lg, target, *args):
+        if len(args) < 7 or args[6] is None:
+            raise CompileError("core count", "target 'x'", cores + 1, cores, "made to fail")
+        return real(lg, target, *args)
+
+    monkeypatch.setattr(lower_mod, "cluster", list_fails)
+    return real
 
 
 def _lowered(g: Graph, t) -> LoweredGraph:
@@ -118,7 +134,7 @@ def test_fill_puts_a_task_without_weights_beside_the_producer_it_reads_most_from
         assert producers and where[task.id] in producers, task.name
 
 
-def test_fit_streams_moves_tasks_until_no_core_receives_from_more_cores_than_its_noc_buffers_take():
+def test_fit_streams_moves_tasks_until_no_core_receives_from_more_cores_than_its_noc_buffers_take(monkeypatch):
     """With NoC buffers for 10 senders per core, the spread packing has a core receiving from
     13 (11 senders too many over the cores); :func:`_fit_streams` moves tasks until none
     exceeds 10, every task still on one core within SRAM. A lowering packed onto that target
@@ -139,18 +155,8 @@ def test_fit_streams_moves_tasks_until_no_core_receives_from_more_cores_than_its
     assert max(len(s) for s in _senders(lg, where).values()) <= 10
     assert min(where) >= 0 and _within_sram(lg, where, cap)
 
-    real = lower_mod.cluster
-
-    def list_fails(lg, target, *args):
-        if len(args) < 7 or args[6] is None:
-            raise CompileError("core count", "target 'x'", 17, 16, "made to fail")
-        return real(lg, target, *args)
-
-    lower_mod.cluster = list_fails
-    try:
-        exe = lower(g, t, replace(lower_mod.DEFAULT, trial_pieces=()))
-    finally:
-        lower_mod.cluster = real
+    _list_scheduling_fails(monkeypatch, 16)
+    exe = lower(g, t, replace(lower_mod.DEFAULT, trial_pieces=()))
     assert exe.meta["order"]["packed"] is True
     check_executable(exe, t)
     feeds = random_inputs(g, 0)
@@ -167,14 +173,7 @@ def test_a_packed_lowering_cuts_heavy_bands_into_weight_slices_and_computes_the_
     monkeypatch.setattr(parallel, "SLICE_BYTES", 16 * 1024)
     g = _conv_chain(64, 16, 3, cols=64, in_ch=16)
     t = small_target(4, 4, sram_kib=256, reserved_kib=4)
-    real = lower_mod.cluster
-
-    def list_fails(lg, target, *args):
-        if len(args) < 7 or args[6] is None:
-            raise CompileError("core count", "target 'x'", 17, 16, "made to fail")
-        return real(lg, target, *args)
-
-    monkeypatch.setattr(lower_mod, "cluster", list_fails)
+    _list_scheduling_fails(monkeypatch, 16)
     settings = replace(lower_mod.DEFAULT, trial_pieces=(), order_budget_seconds=0.0)
     names = {}
     for slices in (2, 0):
@@ -186,3 +185,25 @@ def test_a_packed_lowering_cuts_heavy_bands_into_weight_slices_and_computes_the_
         names[slices] = {op.name for op in exe.ops if op.name.startswith("conv1")}
     assert any(n.count("_part") == 2 for n in names[2])  # conv1_part0_rows0_part1: a band's slice
     assert not any(n.count("_part") == 2 for n in names[0])
+
+
+def test_when_list_scheduling_runs_out_of_cores_lower_packs_the_tasks_by_sram(monkeypatch):
+    """Every try of ``lower`` running out of cores (list scheduling made to fail here), it
+    tries the tasks packed onto cores by SRAM (``pack_cores``): the executable then computes
+    the executor's outputs. When packing fails too, the unpacked tries' own error is raised."""
+    g = _conv_chain(16, 16, 3)
+    t = load_target("npu-2x2")
+    real = _list_scheduling_fails(monkeypatch, 4)
+    settings = replace(lower_mod.DEFAULT, trial_pieces=())
+    exe = lower(g, t, settings)
+    check_executable(exe, t)
+    feeds = random_inputs(g, 0)
+    assert max_relative_error(run(g, feeds), run_executable(exe, feeds)) <= 1e-5
+    assert exe.meta["order"]["packed"] is True
+    assert lower(g, t, FAST_ONE := replace(settings, order_budget_seconds=0.0)).meta["order"]["packed"] is True
+    monkeypatch.setattr(lower_mod, "cluster", real)
+    assert lower(g, t, FAST_ONE).meta["order"]["packed"] is False
+    _list_scheduling_fails(monkeypatch, 4)
+    monkeypatch.setattr(lower_mod, "pack", lambda lg, target, apart=0: None)
+    with pytest.raises(CompileError, match="made to fail"):
+        lower(g, t, settings)
