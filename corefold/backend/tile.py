@@ -31,8 +31,6 @@ Complexity: O(V + E) for the copy and the fusion, plus the split pass's O(V * pi
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from corefold.backend.activations import fuse_float_activations
@@ -58,6 +56,7 @@ from corefold.passes.split.split import (
     JOIN_META,
     MAX_PIECES,
     choose_split,
+    constant_slice,
     holds_quantization,
     touched_bytes,
 )
@@ -250,29 +249,6 @@ def _cut_fused(graph: Graph, node: Node, threshold: int) -> None:
     _cut(graph, node, threshold, limit=len(graph) + MAX_PIECES, origin=node.name)
 
 
-#: Per graph, the constant slices made so far: ``(id(v), axis, lo, hi) -> (v, slice)``.
-_CONSTANT_SLICES: weakref.WeakKeyDictionary[Graph, dict[tuple[int, int, int, int], tuple[Value, Value]]] = \
-    weakref.WeakKeyDictionary()
-
-
-def _constant_slice(graph: Graph, v: Value, axis: int, lo: int, hi: int) -> Value:
-    """``v[lo:hi]`` on ``axis`` as a constant of ``graph``, one for all the pieces that read
-    it: the row bands of a convolution, each cut again on output channels, read the same
-    weight slices (a new constant per band made the int8 Inception v1's weights 4.7x their
-    size in the lowered graph, 32.8 MB instead of 7.0, and the clustering kept half the
-    cores free for them). O(slice size) the first time, O(1) after."""
-    made = _CONSTANT_SLICES.setdefault(graph, {})
-    key = (id(v), axis, lo, hi)
-    hit = made.get(key)
-    if hit is not None and hit[0] is v:
-        return hit[1]
-    idx = [slice(None)] * len(v.shape)
-    idx[axis] = slice(lo, hi)
-    out = graph.add_constant(f"{v.name}_{axis}_{lo}_{hi}", np.ascontiguousarray(v.const[tuple(idx)]))
-    made[key] = (v, out)
-    return out
-
-
 def _cut(graph: Graph, node: Node, threshold: int | None, forced=None, limit: int | None = None,
          origin: str | None = None) -> None:
     """Cut a node (a fused integer node keeps its quantization, sliced with its tensors)
@@ -333,7 +309,7 @@ def _cut(graph: Graph, node: Node, threshold: int | None, forced=None, limit: in
             if lo == 0 and hi == v.shape[a]:
                 ins.append(v)
             elif v.is_constant:
-                ins.append(_constant_slice(graph, v, a, lo, hi))
+                ins.append(constant_slice(graph, v, a, lo, hi))
             else:
                 key = (id(v), a, lo, hi)
                 if key not in slices:
