@@ -83,8 +83,10 @@ class LowerSettings:
             pays off with its bands; the float Inception v1 ran 409.5 -> 545.2 and the float
             SqueezeNet 73.9 -> 78.5 us with it always on).
         pack_cores: place the tasks on cores by SRAM alone (:func:`~corefold.backend.pack.pack`:
-            the tasks reading the same weights together, best fit decreasing), then list-schedule
-            them there, instead of list-scheduling onto the cores. :func:`~corefold.backend.lower.lower`
+            the tasks reading the same weights together, best fit decreasing with each operator's
+            weights ``pack_apart`` cores apart, the tasks without weights beside their producer,
+            copies of the busiest weights, then moves until the NoC buffers take every core's
+            senders), then list-schedule them there, instead of list-scheduling onto the cores. :func:`~corefold.backend.lower.lower`
             falls back to it when every try runs out of SRAM or cores (the float ResNet-18 on
             ``npu``, whose weights are 70% of the SRAM); the other clusterings' and the
             clustering knobs' trials then fail, the tilings' trials are packed too.
