@@ -103,29 +103,3 @@ def order_tasks(lg: LoweredGraph, cl: Clustering, core_of: list[Core], target: T
     for i, t in enumerate(order):
         position[t] = i
     return position, report
-
-
-def ready_positions(lg: LoweredGraph, core_of: list[Core], arrival: np.ndarray, position: list[int]) -> list[int] | None:
-    """The global order in which each core issues its tasks as their operands become ready
-    in a timed run: a task's *ready* time is the latest simulated end (``arrival``) of the
-    tasks it reads (a gather's end is its operands' latest end), ties kept in ``position``'s
-    order. None if the cores' chains and the graph's edges would form a cycle.
-    O((V + E) log V)."""
-    n = len(lg.tasks)
-    preds = _predecessors(lg)
-    end = np.array(arrival, dtype=np.float64)
-    ready = np.zeros(n)
-    for t in sorted(range(n), key=lambda t: position[t]):
-        ready[t] = max((end[p] for p in preds[t]), default=0.0)
-        if lg.tasks[t].op is None:
-            end[t] = ready[t]
-    by_core: dict[Core, list[int]] = {}
-    for t in sorted(range(n), key=lambda t: (ready[t], position[t])):
-        by_core.setdefault(core_of[t], []).append(t)
-    order = _global_order(n, preds, list(by_core.values()), ready + np.array(position) * 1e-15)
-    if order is None:
-        return None
-    out = [0] * n
-    for i, t in enumerate(order):
-        out[t] = i
-    return out
