@@ -325,31 +325,48 @@ class _Clusterer:
         the least then.
         """
         lg = self.lg
-        pred_groups = {int(self.group[p]) for p in preds}
+        # per producers' group: bytes read, latest end, latest send (O(preds) once, so that
+        # each candidate costs O(1) for them; byte counts are whole numbers, so the sums
+        # are exact in any order)
+        group_of = {p: int(self.group[p]) for p in preds}
+        by_bytes: dict[int, float] = {}
+        by_end: dict[int, float] = {}
+        by_sent: dict[int, float] = {}
+        for p, b in preds.items():
+            h = group_of[p]
+            # (with insert, a local producer's entry goes unused)
+            s = (self.egress_tl[h].fit(self.end[p], b / self.link) if self.insert
+                 else max(self.end[p], self.egress[h]))
+            by_bytes[h] = by_bytes.get(h, 0.0) + b
+            by_end[h] = max(by_end.get(h, -math.inf), self.end[p])
+            by_sent[h] = max(by_sent.get(h, -math.inf), s)
+        pred_groups = set(by_bytes)
         pmask = 0
         for g in pred_groups:
             pmask |= 1 << g
-        if self.insert:  # (a local producer's entry goes unused)
-            sent = {p: self.egress_tl[int(self.group[p])].fit(self.end[p], b / self.link) for p, b in preds.items()}
-        else:
-            sent = {p: max(self.end[p], self.egress[int(self.group[p])]) for p in preds}
+        total_bytes = sum(by_bytes.values())
+        # the two latest-sending groups: the latest send from any group but g
+        top = sorted(by_sent.items(), key=lambda kv: -kv[1])[:2]
         in_bytes = _input_bytes(lg, t)
         copies = _copied_bytes(lg, t)
+        copied_by: dict[int, float] = {}
+        for p, b in copies.items():
+            h = int(self.group[p])
+            copied_by[h] = copied_by.get(h, 0.0) + b
         copy_kind, copy_rate = _copy_engine(lg, t, self.target, self.vector_copies) if copies else ("dma", 1.0)
         best = None
         thrifty = None
         budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
         self.rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
         for g in cands:
-            local = [p for p in preds if self.group[p] == g]
-            remote = [p for p in preds if self.group[p] != g]
-            rbytes = sum(preds[p] for p in remote)
+            remote = len(by_bytes) - (g in by_bytes) > 0
+            rbytes = total_bytes - by_bytes.get(g, 0.0)
             if g >= 0:
                 if self.acyclic and self.packed is None and self.reach[g] & pmask & ~(1 << g):
                     self.rejected["direction"] += 1
                     continue  # g reaches a producer's group: a cycle
                 new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
-                mine = sum(preds[p] for p in local)  # held inputs are part of the working set
+                mine = by_bytes.get(g, 0.0)  # held inputs are part of the working set
                 most = max(self.wsmax[g], ws)
                 crowded = new_w > 0 and self.wbytes[g] + new_w + (1 + self.headroom) * most > self.cap
                 held = 0 if self.packed is not None else max(0, self.held[g] - mine)
@@ -381,17 +398,18 @@ class _Clusterer:
             # the core's one DMA engine loads the graph-input bands; local pieces are copied
             # by the engine Target.copy_unit names (float32 on the npu preset: a vector engine)
             loaded = max(self.dram_free, dma_free) + in_bytes / self.dram if in_bytes else 0.0
-            ready = max([self.end[p] for p in local] + [loaded], default=0.0)
-            mine_copied = sum(b for p, b in copies.items() if self.group[p] == g)
+            ready = max(by_end[g], loaded) if g in by_end else loaded
+            mine_copied = copied_by.get(g, 0.0)
             if mine_copied:
                 free = dma_free if copy_kind == "dma" else (min(self.free[g][copy_kind]) if g >= 0 else 0.0)
                 ready = max(ready, free) + mine_copied / copy_rate
+            if remote:
+                first = top[1][1] if top[0][0] == g else top[0][1]
             if remote and self.insert:
-                first = max(sent[p] for p in remote)
                 arrive = (self.ingress_tl[g].fit(first, rbytes / self.link) if g >= 0 else first)
                 ready = max(ready, arrive + self.lat + rbytes / self.link)
             elif remote:
-                ready = max(ready, max(max(sent[p] for p in remote), ingress) + self.lat + rbytes / self.link)
+                ready = max(ready, max(first, ingress) + self.lat + rbytes / self.link)
             if self.insert and g >= 0 and t.unit != "dma":
                 st = min(tl.fit(ready, t.seconds) for tl in self.unit_tl[g][t.unit])
             else:

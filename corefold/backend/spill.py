@@ -24,13 +24,17 @@ def accesses(ev: Event) -> list[int]:
 
 
 def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
-    """Activation buffer -> (first, last) event index on its core."""
+    """Activation buffer -> (first, last) event index on its core. O(events x operands)."""
     life: dict[int, tuple[int, int]] = {}
+    first: dict[int, int] = {}  # activation buffer -> first use (others never enter it)
+    buffers = plan.buffers
     for i, ev in enumerate(cp.events):
         for b in accesses(ev):
-            if plan.buffers[b].kind != "activation":
-                continue
-            lo, _ = life.get(b, (i, i))
+            lo = first.get(b)
+            if lo is None:
+                if buffers[b].kind != "activation":
+                    continue
+                first[b] = lo = i
             life[b] = (lo, i)
     return life
 
