@@ -23,6 +23,7 @@ import signal
 import sys
 import traceback
 
+from corefold.cli.common import jit_notice
 from corefold.errors import EXIT_INTERNAL_ERROR, EXIT_USER_ERROR, CorefoldError, InternalError
 
 
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"corefold {args.command}"
     exiting = False  # interrupted or terminated: the process ends next
     try:
-        return int(args._run(args) or 0)
+        with jit_notice(sys.stderr.isatty() and not getattr(args, "quiet", False)):
+            return int(args._run(args) or 0)
     except CorefoldError as exc:
         _say(f"{prog}: error: {' '.join(str(exc).split())}")
         return EXIT_USER_ERROR

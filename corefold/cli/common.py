@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 
 from corefold.io import atomic_output, atomic_outputs, check_output, check_outputs  # noqa: F401 - re-exported for the subcommands
 
@@ -112,3 +114,35 @@ def value_bindings(args: argparse.Namespace) -> dict:
         if not isinstance(values[name], np.ndarray):
             raise DataError(f"--value {name}={path}: holds several arrays (an .npz); give one .npy array")
     return values
+
+
+#: The line :func:`jit_notice` prints when numba compiles a kernel.
+JIT_NOTICE = ("corefold: compiling numba kernels (the first run after an install: about a minute; "
+              "cached for later runs)")
+
+
+@contextlib.contextmanager
+def jit_notice(enabled: bool):
+    """Within the block, print :data:`JIT_NOTICE` on stderr once, when numba first compiles
+    a kernel (it loads them from its cache afterwards, without a compile event), so that a
+    first run's minute of compilation is not taken for a hang. Does nothing unless
+    ``enabled`` (the CLI: stderr is a terminal and no ``--quiet``). O(1) per compile."""
+    if not enabled:
+        yield
+        return
+    from numba.core import event
+    from tqdm import tqdm
+
+    class _Once(event.Listener):
+        said = False
+
+        def on_start(self, ev) -> None:  # noqa: ARG002 - the listener's signature
+            if not self.said:
+                self.said = True
+                tqdm.write(JIT_NOTICE, file=sys.stderr)
+
+        def on_end(self, ev) -> None:
+            pass
+
+    with event.install_listener("numba:compile", _Once()):
+        yield
