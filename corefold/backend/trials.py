@@ -107,12 +107,23 @@ def clustering_knob(values: tuple, trial: Trial, make: Callable[[object], tuple[
     return kept, trial, [[values[0], first], *tried] if tried else []
 
 
+def tiling_key(lg: LoweredGraph) -> tuple:
+    """What tells two tilings apart: each task's name (its operator and its rows, channels
+    or part) and duration, and the physical tensors' count. Two lowered graphs with one
+    key, clustered with the same settings, give the same trial. O(tasks)."""
+    return tuple((x.name, x.seconds) for x in lg.tasks) + (len(lg.phys),)
+
+
 def alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Target, settings: LowerSettings,
-                times: dict, timed: bool = True, same_as: LoweredGraph | None = None):
+                times: dict, timed: bool = True, same_as: LoweredGraph | None = None, seen: dict | None = None):
     """``(result, lowered graph, trial)`` of one alternative tiling or clustering: ``make``
     (timed as ``tile_place``), then :func:`run_trial`. ``result`` is the trial's
     :attr:`Trial.result`, or the CompileError's text when ``make`` fails (no graph, no
-    trial); ``(None, None, None)`` when its tasks are those of ``same_as`` (nothing to try)."""
+    trial); ``(None, None, None)`` when its tasks are those of ``same_as`` (nothing to try).
+    ``seen`` maps :func:`tiling_key` to ``(result, instructions emitted)`` of each tiling
+    tried with the same clustering settings: a tiling tried already is not run again
+    (``(its result, None, None)``: it lost then, or it is the kept one) and a new one is
+    added."""
     t = time.perf_counter()
     try:
         lg, cl = make()
@@ -122,7 +133,15 @@ def alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Tar
         times["tile_place"] += time.perf_counter() - t
     if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
         return None, None, None
+    key = tiling_key(lg) if seen is not None else None
+    if seen is not None and key in seen:
+        result, emitted = seen[key]
+        # NOTE: charged as if emitted again, so that trial_budget admits the same trials after it
+        times[EMITTED] = times.get(EMITTED, 0) + emitted
+        return result, None, None
     other = run_trial(lg, cl, target, settings, timed, times)
+    if seen is not None:
+        seen[key] = (other.result, other.emitted)
     return other.result, lg, other
 
 
@@ -202,6 +221,9 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     tiles and clusters the graph with those settings. O(values) tilings and trials."""
     kept, pieces = settings.min_rows[0], settings.pieces_per_core
     tried: list[list] = [[kept, pieces, trial.result]]
+    # NOTE: two values may tile alike (16 and 20 pieces per core on the int8 ResNet-18: 1035
+    # tasks either way); every trial below clusters with one spread, headroom and knobs
+    seen = {tiling_key(lg): (trial.result, trial.emitted)}
     variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
     if len(lg.tasks) <= settings.trial_pieces_tasks or pieces_fit_budget(trial, settings, times):
         variants += [(None, p) for p in settings.trial_pieces if p != pieces]
@@ -209,7 +231,8 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
         m = kept if m is None else m  # the pieces' trials follow the min_rows kept
         say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
         result, other_lg, other = alternative(partial(prepare, replace(
-            settings, min_rows=(m,), pieces_per_core=p, spread=(spread,), headroom=(headroom,))), target, settings, times)
+            settings, min_rows=(m,), pieces_per_core=p, spread=(spread,), headroom=(headroom,))), target, settings, times,
+            seen=seen)
         tried.append([m, p, result])
         if other is not None and other.latency < trial.latency:
             lg, trial, kept, pieces = other_lg, other, m, p
@@ -222,7 +245,7 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
             tiling = replace(settings, min_rows=(kept,), pieces_per_core=pieces, spread=(spread,), headroom=(headroom,),
                              **{k: (value if k == knob else v,) for k, v in chosen.items()})
             result, other_lg, other = alternative(partial(prepare, tiling), target, settings, times,
-                                                   same_as=lg)
+                                                   same_as=lg, seen=seen)
             if result is None:
                 continue  # the same tiling (the knob found nothing to cut otherwise)
             here.append([value, result])

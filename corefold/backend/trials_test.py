@@ -1,0 +1,63 @@
+"""The trials' memo of tilings (``trials.alternative`` with ``seen``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+import corefold.backend.trials as trials
+from corefold.backend import lower, save
+from corefold.backend.lower import DEFAULT, _prepare
+from corefold.frontend.onnx import load_model
+from corefold.target import load_target
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tiny_cnn.onnx"
+
+
+def _counting(monkeypatch) -> list:
+    calls = []
+    run = trials.run_trial
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(trials, "run_trial", counted)
+    return calls
+
+
+def test_a_tiling_tried_already_is_not_run_again_and_is_charged_its_instructions(monkeypatch):
+    graph, target = load_model(EXAMPLE), load_target("npu")
+    calls = _counting(monkeypatch)
+    make = partial(_prepare, graph, target, DEFAULT)
+    times = {"tile_place": 0.0, trials.EMITTED: 0}
+    seen: dict = {}
+    first, lg, trial = trials.alternative(make, target, DEFAULT, times, seen=seen)
+    assert len(calls) == 1 and lg is not None and trial.emitted > 0
+    assert times[trials.EMITTED] == trial.emitted
+    again, lg2, trial2 = trials.alternative(make, target, DEFAULT, times, seen=seen)
+    assert len(calls) == 1  # not run again
+    assert again == first and lg2 is None and trial2 is None
+    assert times[trials.EMITTED] == 2 * trial.emitted
+    # without the memo it runs, with the same result
+    third, _, _ = trials.alternative(make, target, DEFAULT, times)
+    assert len(calls) == 2 and third == first
+
+
+def test_the_memo_changes_the_trials_run_and_nothing_else(monkeypatch, tmp_path):
+    """Two pieces counts that tile alike (and, on this graph, a tiling knob that tiles as a
+    pieces count did): fewer trials run, and the executable is the one running every trial
+    gives, byte for byte (the lowering's times aside)."""
+    graph, target = load_model(EXAMPLE), load_target("npu")
+    settings = replace(DEFAULT, trial_pieces=(16.0, 16.0 + 1e-9))
+    calls = _counting(monkeypatch)
+    memo = lower(graph, target, settings)
+    with_memo = len(calls)
+    monkeypatch.setattr(trials, "tiling_key", lambda lg: object())  # never seen
+    every = lower(graph, target, settings)
+    assert len(calls) - with_memo > with_memo
+    for exe, name in ((memo, "memo.cfx"), (every, "every.cfx")):
+        exe.meta.pop("lower_seconds", None)
+        save(exe, tmp_path / name)
+    assert (tmp_path / "memo.cfx").read_bytes() == (tmp_path / "every.cfx").read_bytes()
