@@ -367,3 +367,54 @@ def build(graph: Graph, target: Target) -> LoweredGraph:
             operator without a kernel.
     """
     return _Builder(graph, target).run()
+
+
+def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
+    """Per task: producer task -> bytes it reads from it (0 for an order only: a control
+    edge, or a read staged through DRAM). O(tasks + pieces)."""
+    out: list[dict[int, float]] = []
+    for t in lg.tasks:
+        e: dict[int, float] = {}
+        for o in t.inputs:
+            if o is None:
+                continue
+            for p in o.pieces:
+                ph = lg.phys[p.phys]
+                if ph.kind == "op":
+                    e[ph.task] = e.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
+                elif ph.kind == "staged":  # through DRAM: an order, no NoC bytes
+                    for q in ph.source.pieces:
+                        if lg.phys[q.phys].kind == "op":
+                            e.setdefault(lg.phys[q.phys].task, 0.0)
+        for c in t.control:
+            e.setdefault(c, 0.0)
+        out.append(e)
+    return out
+
+
+def input_bytes(lg: LoweredGraph, t: Task) -> float:
+    """Bytes ``t`` loads from DRAM: its pieces of graph inputs and of staged tensors. O(pieces)."""
+    total = 0.0
+    for o in t.inputs:
+        if o is not None:
+            for p in o.pieces:
+                ph = lg.phys[p.phys]
+                if ph.kind in ("input", "staged"):
+                    total += p.elements * ph.dtype.itemsize
+    return total
+
+
+def copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
+    """Per producer task: the bytes of ``t``'s operands assembled from boxes of that
+    producer's outputs (an operand that is not one box of one tensor is copied together on
+    ``t``'s core from its local pieces, by the engine :meth:`Target.copy_unit` names for
+    its elements: :func:`~corefold.backend.place._copy_engine`). O(pieces)."""
+    out: dict[int, float] = {}
+    for o in t.inputs:
+        if o is None or o.whole_piece() is not None:
+            continue
+        for p in o.pieces:
+            ph = lg.phys[p.phys]
+            if ph.kind == "op":
+                out[ph.task] = out.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
+    return out

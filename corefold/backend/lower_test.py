@@ -784,7 +784,8 @@ def test_the_clustering_times_a_cores_copy_engine_for_its_local_copies():
     so that nothing else delays the readers."""
     import importlib
 
-    from corefold.backend.place import _copied_bytes, _copy_engine, cluster
+    from corefold.backend.lgraph import copied_bytes
+    from corefold.backend.place import _copy_engine, cluster
 
     lower_mod = importlib.import_module("corefold.backend.lower")
     t = load_target("npu")
@@ -795,7 +796,7 @@ def test_the_clustering_times_a_cores_copy_engine_for_its_local_copies():
     checked = 0
     for task in lg.tasks:
         g = cl.group[task.id]
-        local = {p: b for p, b in _copied_bytes(lg, task).items() if cl.group[p] == g}
+        local = {p: b for p, b in copied_bytes(lg, task).items() if cl.group[p] == g}
         if local:
             kind, rate = _copy_engine(lg, task, t)
             assert (kind, rate) == ("vector", 256e9)
@@ -1326,9 +1327,9 @@ def test_the_producers_of_a_task_reading_more_cores_than_a_core_has_streams_shar
     import importlib
 
     from corefold.backend.executable import Recv
-    from corefold.backend.lgraph import build
+    from corefold.backend.lgraph import build, node_edges
     from corefold.backend.lower import FAST
-    from corefold.backend.place import cluster, node_edges
+    from corefold.backend.place import cluster
     from corefold.backend.tile import tile
 
     g = _wide_chain()

@@ -21,8 +21,8 @@ import heapq
 import numpy as np
 
 from corefold.backend.executable import Core
-from corefold.backend.lgraph import LoweredGraph
-from corefold.backend.place import Clustering, node_edges
+from corefold.backend.lgraph import LoweredGraph, node_edges
+from corefold.backend.place import Clustering
 from corefold.target import Target
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corefold.backend.lgraph import LoweredGraph, Task
+from corefold.backend.lgraph import LoweredGraph, Task, copied_bytes, input_bytes, node_edges
 from corefold.errors import CompileError
 from corefold.target import Target
 
@@ -103,55 +103,6 @@ class Clustering:
     vector_copies: bool = True
 
 
-def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
-    """Per task: producer task -> bytes it reads from it."""
-    out: list[dict[int, float]] = []
-    for t in lg.tasks:
-        e: dict[int, float] = {}
-        for o in t.inputs:
-            if o is None:
-                continue
-            for p in o.pieces:
-                ph = lg.phys[p.phys]
-                if ph.kind == "op":
-                    e[ph.task] = e.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
-                elif ph.kind == "staged":  # through DRAM: an order, no NoC bytes
-                    for q in ph.source.pieces:
-                        if lg.phys[q.phys].kind == "op":
-                            e.setdefault(lg.phys[q.phys].task, 0.0)
-        for c in t.control:
-            e.setdefault(c, 0.0)
-        out.append(e)
-    return out
-
-
-def _input_bytes(lg: LoweredGraph, t: Task) -> float:
-    total = 0.0
-    for o in t.inputs:
-        if o is not None:
-            for p in o.pieces:
-                ph = lg.phys[p.phys]
-                if ph.kind in ("input", "staged"):
-                    total += p.elements * ph.dtype.itemsize
-    return total
-
-
-def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
-    """Per producer task: the bytes of ``t``'s operands assembled from boxes of that
-    producer's outputs (an operand that is not one box of one tensor is copied together on
-    ``t``'s core from its local pieces, by the engine :meth:`Target.copy_unit` names for
-    its elements: :func:`_copy_engine`). O(pieces)."""
-    out: dict[int, float] = {}
-    for o in t.inputs:
-        if o is None or o.whole_piece() is not None:
-            continue
-        for p in o.pieces:
-            ph = lg.phys[p.phys]
-            if ph.kind == "op":
-                out[ph.task] = out.get(ph.task, 0.0) + p.elements * ph.dtype.itemsize
-    return out
-
-
 def _copy_engine(lg: LoweredGraph, t: Task, target: Target, vector: bool = True) -> tuple[str, float]:
     """``(unit kind, bytes per second)`` of the engine that assembles ``t``'s operands from
     local pieces (:meth:`Target.copy_unit` for the item size of its first assembled
@@ -166,7 +117,7 @@ def copies_choose_engine(lg: LoweredGraph, target: Target) -> bool:
     """Whether some task assembles an operand whose copy ``Target.copy_unit`` would put on a
     vector engine (so that ``cluster(vector_copies=...)`` changes anything; an int8 graph on
     the ``npu`` preset has none). O(tasks + pieces)."""
-    return any(_copied_bytes(lg, t) and _copy_engine(lg, t, target)[0] != "dma" for t in lg.tasks)
+    return any(copied_bytes(lg, t) and _copy_engine(lg, t, target)[0] != "dma" for t in lg.tasks)
 
 
 def cluster(lg: LoweredGraph, target: Target, acyclic: bool = True, spread: float = 1.5,
@@ -347,8 +298,8 @@ class _Clusterer:
         total_bytes = sum(by_bytes.values())
         # the two latest-sending groups: the latest send from any group but g
         top = sorted(by_sent.items(), key=lambda kv: -kv[1])[:2]
-        in_bytes = _input_bytes(lg, t)
-        copies = _copied_bytes(lg, t)
+        in_bytes = input_bytes(lg, t)
+        copies = copied_bytes(lg, t)
         copied_by: dict[int, float] = {}
         for p, b in copies.items():
             h = int(self.group[p])
@@ -502,7 +453,7 @@ class _Clusterer:
             self.fanin[r].add(g)
         self.start[t.id] = st
         self.end[t.id] = st + t.seconds
-        copies = sum(b for p, b in _copied_bytes(self.lg, t).items() if self.group[p] == g)
+        copies = sum(b for p, b in copied_bytes(self.lg, t).items() if self.group[p] == g)
         copy_kind, copy_rate = _copy_engine(self.lg, t, self.target, self.vector_copies) if copies else ("dma", 1.0)
         units = self.free[g][t.unit]
         if self.insert and t.unit != "dma":
@@ -525,7 +476,7 @@ class _Clusterer:
         if copies and copy_kind != "dma":  # booked after t took its unit (a vector task: on the other engine)
             self._copy_on(g, copy_kind, max([self.end[p] for p in preds if self.group[p] == g]), copies / copy_rate)
             copies = 0
-        in_bytes = _input_bytes(self.lg, t)
+        in_bytes = input_bytes(self.lg, t)
         if in_bytes or copies:  # the DMA engine as best_group timed it
             dma = self.free[g]["dma"]
             i = dma.index(min(dma))
