@@ -165,9 +165,13 @@ def float_error(graph, sim, feeds, logits: dict, seen: dict) -> float:
 WHAT_IFS = (("compute",), ("noc",), ("multicast",), ("dram",), ("compute", "noc"))
 
 
-def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "default", what_if: bool = False) -> dict:
-    """Lower (with the ``preset``'s settings), simulate, check; one row (with ``what_if``,
-    also the latency of the same executable under each of :data:`WHAT_IFS`)."""
+def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "default", what_if: bool = False,
+            workers: int = 1) -> dict:
+    """Lower (with the ``preset``'s settings, its trials on ``workers`` processes), simulate,
+    check; one row (with ``what_if``, also the latency of the same executable under each of
+    :data:`WHAT_IFS`)."""
+    from dataclasses import replace
+
     from corefold.backend.lower import PRESETS, lower
     from corefold.errors import CompileError
     from corefold.sim import run_simulation
@@ -175,7 +179,7 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
     row: dict = {"model": name, "dtype": "int8" if quantize else "float32", "target": target.name}
     t0 = time.perf_counter()
     try:
-        exe = lower(graph, target, PRESETS[preset])
+        exe = lower(graph, target, replace(PRESETS[preset], workers=workers))
     except CompileError as exc:
         row.update(lower_s=time.perf_counter() - t0, error=str(exc))
         return row
@@ -276,8 +280,12 @@ def main(argv=None) -> int:
                         "or compute and NoC bytes counted as free: how much of the latency each sets")
     p.add_argument("--preset", default="default", choices=["fast", "default", "strong"],
                    help="lowering preset (strong: tunes the pieces, placement effort and clusterings on the timed simulation)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes for each lowering's independent trials (0: one per CPU; the executables are the "
+                        "same for every N, only the lower time moves) (default 1)")
     args = p.parse_args(argv)
 
+    from corefold.backend.forks import worker_count
     from corefold.executor import random_inputs
     from corefold.frontend.onnx import load_model
     from corefold.target import load_target
@@ -299,7 +307,7 @@ def main(argv=None) -> int:
                 feeds = random_inputs(graph, seed=0)
                 if quantize:
                     quantized(graph)
-                row = measure(name, graph, npu, quantize, feeds, args.preset, args.what_if)
+                row = measure(name, graph, npu, quantize, feeds, args.preset, args.what_if, args.workers)
                 if "error" not in row and not args.no_naive:
                     row["naive_s"] = naive_latency(load_model(path), npu, quantize)
                 rows.append(row)
@@ -309,7 +317,7 @@ def main(argv=None) -> int:
             graph = load_model(path)
             feeds = random_inputs(graph, seed=0)
             quantized(graph)
-            row = measure("resnet50", graph, load_target("npu-array"), True, feeds, args.preset)
+            row = measure("resnet50", graph, load_target("npu-array"), True, feeds, args.preset, workers=args.workers)
             rows.append(row)
             _print_row(row)
             print(f"\nint8 ResNet-50 on npu-array: simulated in {row.get('sim_s', float('nan')):.1f} s wall "
@@ -321,7 +329,7 @@ def main(argv=None) -> int:
     if done:
         print(f"lat/roof <= {GOAL_RATIO} on the 8x8 preset: {sum(r['ratio'] <= GOAL_RATIO for r in done)} of "
               f"{len(done)} rows; lowering <= {GOAL_LOWER_S:.0f} s: {sum(r['lower_s'] <= GOAL_LOWER_S for r in done)} "
-              f"of {len(done)}; geometric mean lat/roof {float(np.exp(np.mean(np.log([r['ratio'] for r in done])))):.2f}")
+              f"of {len(done)} (trials on {worker_count(args.workers)} process(es)); geometric mean lat/roof {float(np.exp(np.mean(np.log([r['ratio'] for r in done])))):.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=float) + "\n")
     return 0

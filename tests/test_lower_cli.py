@@ -163,6 +163,15 @@ def test_a_bad_clustering_setting_ends_in_one_line_before_anything_is_written(tm
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv", [["--workers", "-1"], ["--set", "workers=-2"]])
+def test_a_negative_worker_count_ends_in_one_line_before_anything_is_written(tmp_path, capsys, argv):
+    out = tmp_path / "m.cfx"
+    code = main(["lower", MODEL, "--preset", "fast", "-o", str(out), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "workers" in err
+    assert not out.exists()
+
+
 def test_plot_writes_the_placement_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "m.cfx", tmp_path / "placed.png"

@@ -157,6 +157,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"input_pieces: one whole number or more, each >= 0, got {list(settings.input_pieces)}")
     if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds):
         raise SettingsError(f"trial_seeds: whole numbers >= 0, got {list(settings.trial_seeds)}")
+    if settings.workers < 0:
+        raise SettingsError(f"workers: >= 0, got {settings.workers}")
     if settings.trial_budget < 0:
         raise SettingsError(f"trial_budget: >= 0, got {settings.trial_budget}")
     if settings.pack_apart < 0 or settings.pack_slices < 0:

@@ -166,6 +166,12 @@ class LowerSettings:
             and so are the settings untuned (every trial on their own tiling); the faster of
             the two is kept (``meta["tuning_final"]``). Both empty: no tuning. The strong
             preset tries six pairs.
+        workers: processes a lowering's independent trials run on (the clustering pairs,
+            the ``min_rows`` values, then the pieces per core, and the placement seeds): 1
+            runs every trial in this process, N > 1 forks up to N - 1 children beside it (where
+            the system has ``fork``), 0 one process per CPU. Each trial is deterministic and the
+            lowering keeps what the one-process loop keeps, so the executable is the same, byte
+            for byte, for every value (``forks``).
     """
 
     seed: int = 0
@@ -194,6 +200,7 @@ class LowerSettings:
     trial_budget: int = 140_000
     tune_pieces: tuple[float, ...] = ()
     tune_efforts: tuple[int, ...] = ()
+    workers: int = 1
 
 
 FAST = LowerSettings(placement_effort=1, order_budget_seconds=0.0)

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from corefold.backend.assemble import arrival_times, assemble_into
+from corefold.backend.forks import Forks
 from corefold.backend.lgraph import LoweredGraph
 from corefold.backend.lower_settings import LowerSettings
 from corefold.backend.mesh import place_on_mesh
@@ -168,6 +169,21 @@ def run_trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerS
     return trial
 
 
+def trial_job(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings,
+              timed: bool) -> tuple[Trial, dict]:
+    """:func:`run_trial` with times of its own: ``(trial, times)``, for a forked process."""
+    own: dict = {}
+    return run_trial(lg, cl, target, settings, timed, own), own
+
+
+def merged(job: tuple[Trial, dict], times: dict) -> Trial:
+    """The trial of a :func:`trial_job`, its times added to ``times``."""
+    trial, own = job
+    for key, value in own.items():
+        times[key] = times.get(key, 0) + value
+    return trial
+
+
 def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
                     trials_on: bool, times: dict, say: Callable[[str], None]):
     """``((spread, headroom), trial, [[spread, headroom, list latency or error], ...])``:
@@ -176,33 +192,33 @@ def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: 
     whose clustering would repeat one made before is skipped (:func:`repeats`). O(pairs)
     clusterings and trials."""
     pairs = [(settings.spread[0], settings.headroom[0])]
-    clusterings = [cl]
     made = [(*pairs[0], cl.headroom, cl.spread_limited)]
     tried: list[list] = []
-    for spread, headroom in grid(settings)[1:] if trials_on else ():
-        if repeats(spread, headroom, made):
-            continue  # that clustering again
-        say(f"cluster: spread {spread:g} headroom {headroom:g}")
-        t = time.perf_counter()
-        try:
-            other = cluster(lg, target, settings.acyclic, spread, headroom, settings.insertion[0],
-                            settings.vector_copies[0], settings.reserve_pieces[0])
-        except CompileError as exc:
-            tried.append([spread, headroom, str(exc)])
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        made.append((spread, headroom, other.headroom, other.spread_limited))
-        pairs.append((spread, headroom))
-        clusterings.append(other)
     # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
     # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
     # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
     # 154.2 -> 146.7, int8 ResNet-18 144.9 -> 153.6), so the timed simulation decides
-    trials = []
-    for (spread, headroom), c in zip(pairs, clusterings, strict=True):
-        say(f"trial: spread {spread:g} headroom {headroom:g}" if timed else "place, order and emit")
-        trials.append(run_trial(lg, c, target, settings, timed, times))
+    with Forks(settings.workers) as forks:  # each trial runs while the next pair is clustered
+        say(f"trial: spread {pairs[0][0]:g} headroom {pairs[0][1]:g}" if timed else "place, order and emit")
+        pending = [forks.submit(partial(trial_job, lg, cl, target, settings, timed))]
+        for spread, headroom in grid(settings)[1:] if trials_on else ():
+            if repeats(spread, headroom, made):
+                continue  # that clustering again
+            say(f"cluster: spread {spread:g} headroom {headroom:g}")
+            t = time.perf_counter()
+            try:
+                other = cluster(lg, target, settings.acyclic, spread, headroom, settings.insertion[0],
+                                settings.vector_copies[0], settings.reserve_pieces[0])
+            except CompileError as exc:
+                tried.append([spread, headroom, str(exc)])
+                continue
+            finally:
+                times["tile_place"] += time.perf_counter() - t
+            made.append((spread, headroom, other.headroom, other.spread_limited))
+            pairs.append((spread, headroom))
+            say(f"trial: spread {spread:g} headroom {headroom:g}")
+            pending.append(forks.submit(partial(trial_job, lg, other, target, settings, timed)))
+        trials = [merged(result(), times) for result in pending]
     tried += [[*sh, tr.result] for sh, tr in zip(pairs, trials, strict=True)]
     best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
     return pairs[best], trials[best], tried
@@ -224,18 +240,22 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     # NOTE: two values may tile alike (16 and 20 pieces per core on the int8 ResNet-18: 1035
     # tasks either way); every trial below clusters with one spread, headroom and knobs
     seen = {tiling_key(lg): (trial.result, trial.emitted)}
-    variants: list[tuple[int | None, float]] = [(m, pieces) for m in settings.min_rows[1:]]
-    if len(lg.tasks) <= settings.trial_pieces_tasks or pieces_fit_budget(trial, settings, times):
-        variants += [(None, p) for p in settings.trial_pieces if p != pieces]
-    for m, p in variants if trials_on else ():
-        m = kept if m is None else m  # the pieces' trials follow the min_rows kept
-        say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
-        result, other_lg, other = alternative(partial(prepare, replace(
-            settings, min_rows=(m,), pieces_per_core=p, spread=(spread,), headroom=(headroom,))), target, settings, times,
-            seen=seen)
-        tried.append([m, p, result])
-        if other is not None and other.latency < trial.latency:
-            lg, trial, kept, pieces = other_lg, other, m, p
+    # NOTE: decided on the first tiling (pieces_fit_budget counts the min_rows trials ahead)
+    pieces_on = trials_on and (len(lg.tasks) <= settings.trial_pieces_tasks or pieces_fit_budget(trial, settings, times))
+    with Forks(settings.workers) as forks:  # a trial runs while the next value tiles
+        for m, p, result, other_lg, other in tilings([(m, pieces) for m in settings.min_rows[1:]] if trials_on else [],
+                                                     prepare, settings, spread, headroom, target, times, seen, forks,
+                                                     say):
+            tried.append([m, p, result])
+            if other is not None and other.latency < trial.latency:
+                lg, trial, kept = other_lg, other, m
+        # the pieces' trials follow the min_rows kept
+        for m, p, result, other_lg, other in tilings([(kept, p) for p in settings.trial_pieces if p != pieces]
+                                                     if pieces_on else [], prepare, settings, spread, headroom, target,
+                                                     times, seen, forks, say):
+            tried.append([m, p, result])
+            if other is not None and other.latency < trial.latency:
+                lg, trial, pieces = other_lg, other, p
     chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
     knobs_tried: dict[str, list[list]] = {}
     for knob in chosen if trials_on and pieces > 0 and len(lg.tasks) <= settings.trial_knobs_tasks else ():
@@ -256,6 +276,49 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     return lg, trial, kept, pieces, tried, chosen, knobs_tried
 
 
+def tilings(values: list[tuple[int, float]], prepare: Callable[[LowerSettings], tuple[LoweredGraph, Clustering]],
+            settings: LowerSettings, spread: float, headroom: float, target: Target, times: dict, seen: dict,
+            forks: Forks, say: Callable[[str], None]) -> list[tuple]:
+    """``[(min_rows, pieces_per_core, result, lowered graph, trial), ...]`` of each value in
+    order, as :func:`alternative` with ``seen`` gives them one after the other: each value
+    tiles and clusters here, its trial goes to ``forks``; a tiling seen before, or tried
+    earlier in ``values``, is not run again (no graph, no trial; its result and instructions
+    charged again). O(values) tilings and trials."""
+    runs: list = []
+    batch: dict = {}  # tiling_key -> index in runs, of this call's trials
+    for m, p in values:
+        say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
+        t = time.perf_counter()
+        try:
+            lg, cl = prepare(replace(settings, min_rows=(m,), pieces_per_core=p, spread=(spread,),
+                                     headroom=(headroom,)))
+        except CompileError as exc:
+            runs.append((m, p, str(exc)))
+            continue
+        finally:
+            times["tile_place"] += time.perf_counter() - t
+        key = tiling_key(lg)
+        if key in seen or key in batch:
+            runs.append((m, p, key))
+            continue
+        batch[key] = len(runs)
+        runs.append((m, p, lg, forks.submit(partial(trial_job, lg, cl, target, settings, True))))
+    out = []
+    for run in runs:
+        m, p = run[:2]
+        if len(run) == 4:  # a trial of its own
+            trial = merged(run[3](), times)
+            seen[tiling_key(run[2])] = (trial.result, trial.emitted)
+            out.append((m, p, trial.result, run[2], trial))
+        elif isinstance(run[2], str):  # the tiling failed
+            out.append((m, p, run[2], None, None))
+        else:  # NOTE: charged as if emitted again, so that trial_budget admits the same trials after it
+            result, emitted = seen[run[2]]
+            times[EMITTED] = times.get(EMITTED, 0) + emitted
+            out.append((m, p, result, None, None))
+    return out
+
+
 def pieces_fit_budget(trial: Trial, settings: LowerSettings, times: dict) -> bool:
     """Whether ``settings.trial_pieces`` fit ``settings.trial_budget`` (a graph past
     ``trial_pieces_tasks``): emitted so far, the ``min_rows`` trials (the first tiling's
@@ -274,14 +337,28 @@ def placement_seeds(lg: LoweredGraph, trial: Trial, target: Target, settings: Lo
     if not (trials_on and timed and seeds and "list" in trial.built):
         return settings.seed, trial, []
     kept, tried = settings.seed, [[settings.seed, trial.result]]
-    for seed in seeds:  # a seed emits about the kept executable's instructions, as do the FOLLOWING builds
-        if times[EMITTED] + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
-            break
-        say(f"trial: mesh placement with seed {seed}")
-        other = run_trial(lg, trial.cl, target, replace(settings, seed=seed), timed, times)
-        tried.append([seed, other.result])
-        if other.latency < trial.latency:
-            trial, kept = other, seed
+    with Forks(settings.workers) as forks:
+        # NOTE: the seeds run at once while the budget would admit them if each emitted the
+        # kept executable's instructions; the loop below then admits exactly those the one-by-one
+        # loop would, and runs here any it admits that were not started
+        results: dict[int, Callable[[], tuple[Trial, dict]]] = {}
+        ahead = times[EMITTED]
+        for seed in seeds if forks.workers > 1 else ():
+            if ahead + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
+                break
+            ahead += trial.emitted
+            say(f"trial: mesh placement with seed {seed}")
+            results[seed] = forks.submit(partial(trial_job, lg, trial.cl, target, replace(settings, seed=seed), timed))
+        for seed in seeds:  # a seed emits about the kept executable's instructions, as do the FOLLOWING builds
+            if times[EMITTED] + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
+                break
+            if seed not in results:
+                say(f"trial: mesh placement with seed {seed}")
+            other = merged(results[seed]() if seed in results else
+                           trial_job(lg, trial.cl, target, replace(settings, seed=seed), timed), times)
+            tried.append([seed, other.result])
+            if other.latency < trial.latency:
+                trial, kept = other, seed
     return kept, trial, tried if len(tried) > 1 else []
 
 

@@ -61,3 +61,35 @@ def test_the_memo_changes_the_trials_run_and_nothing_else(monkeypatch, tmp_path)
         exe.meta.pop("lower_seconds", None)
         save(exe, tmp_path / name)
     assert (tmp_path / "memo.cfx").read_bytes() == (tmp_path / "every.cfx").read_bytes()
+
+
+def test_trials_on_forked_workers_give_the_executable_of_one_process(monkeypatch, tmp_path):
+    """``workers`` 2: the clustering pairs', tilings' and seeds' trials run in forked
+    children too, and the executable and every trial's report are those of one process,
+    byte for byte (the lowering's times aside)."""
+    import os
+
+    graph, target = load_model(EXAMPLE), load_target("npu")
+    pids = tmp_path / "pids"
+    job = trials.trial_job
+
+    def logged(*args, **kwargs):
+        with open(pids, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return job(*args, **kwargs)
+
+    monkeypatch.setattr(trials, "trial_job", logged)
+    one = lower(graph, target, DEFAULT)
+    ran_here = pids.read_text().split()
+    assert set(ran_here) == {str(os.getpid())}
+    pids.unlink()
+    two = lower(graph, target, replace(DEFAULT, workers=2))
+    ran = pids.read_text().split()
+    assert len(ran) == len(ran_here) >= 4  # the same trials: the pairs, tilings and seeds
+    assert len(set(ran) - {str(os.getpid())}) >= 1  # in a child too
+    assert one.meta["order"] == two.meta["order"]
+    assert one.meta["emitted_instructions"] == two.meta["emitted_instructions"]
+    for exe, name in ((one, "one.cfx"), (two, "two.cfx")):
+        exe.meta.pop("lower_seconds", None)
+        save(exe, tmp_path / name)
+    assert (tmp_path / "one.cfx").read_bytes() == (tmp_path / "two.cfx").read_bytes()

@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on the timed simulation; 3-18x the time) (default: default)")
     p.add_argument("--seed", type=int, default=None, help="seed of the mesh placement (default 0); the default and strong presets also "
                    "try the seeds of trial_seeds (1, 2, 3) and keep the fastest: --set trial_seeds= for this one alone")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes for the lowering's independent trials (1: this process; 0: one per CPU; default "
+                        "1); the executable is the same for every N")
     add_settings_arguments(p, SETTINGS)
     p.add_argument("--plot", metavar="placed.png", help="draw the placement on the mesh (needs matplotlib)")
     p.add_argument("--report", metavar="lower.json", help="write the executable's summary and lowering statistics")
@@ -60,7 +63,11 @@ def settings_from_args(args: argparse.Namespace):
     settings = PRESETS[args.preset]
     if args.seed is not None:
         settings = replace(settings, seed=args.seed)
+    if getattr(args, "workers", None) is not None:
+        settings = replace(settings, workers=args.workers)
     settings = override(settings, args.set)
+    if settings.workers < 0:
+        raise CorefoldError(f"--workers must be >= 0, got {settings.workers}")
     if settings.placement_effort < 1:
         raise CorefoldError(f"--set placement_effort must be >= 1, got {settings.placement_effort}")
     if not settings.order_budget_seconds >= 0:
