@@ -85,3 +85,15 @@ def test_leaving_early_reaps_every_child_and_removes_its_file(tmp_path, monkeypa
 def test_worker_count_reads_zero_as_one_per_cpu():
     assert worker_count(3) == 3
     assert worker_count(0) == len(os.sched_getaffinity(0))
+
+
+def test_a_job_run_in_the_caller_raises_at_its_result_not_at_submit():
+    def fails():
+        raise CompileError("core count", "target 't'", 65, 64)
+
+    with Forks(1) as forks:
+        first = forks.submit(fails)
+        second = forks.submit(lambda: 2)  # runs the first here: its error waits for its result
+        assert second() == 2
+        with pytest.raises(CompileError, match="core count"):
+            first()

@@ -170,10 +170,17 @@ def run_trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerS
 
 
 def trial_job(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings,
-              timed: bool) -> tuple[Trial, dict]:
-    """:func:`run_trial` with times of its own: ``(trial, times)``, for a forked process."""
+              timed: bool, beat: float = math.inf) -> tuple[Trial, dict]:
+    """:func:`run_trial` with times of its own: ``(trial, times)``, for a forked process. A
+    trial that does not run faster than ``beat`` (the kept trial's latency: it cannot be
+    kept) comes back without its executable and arrival times, which are then never used
+    and would only be pickled back."""
     own: dict = {}
-    return run_trial(lg, cl, target, settings, timed, own), own
+    trial = run_trial(lg, cl, target, settings, timed, own)
+    if trial.latency >= beat and "list" in trial.built:
+        trial.built = {"list": (trial.built["list"][0], None)}
+        trial.arrival = None
+    return trial, own
 
 
 def merged(job: tuple[Trial, dict], times: dict) -> Trial:
@@ -245,14 +252,14 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     with Forks(settings.workers) as forks:  # a trial runs while the next value tiles
         for m, p, result, other_lg, other in tilings([(m, pieces) for m in settings.min_rows[1:]] if trials_on else [],
                                                      prepare, settings, spread, headroom, target, times, seen, forks,
-                                                     say):
+                                                     say, trial.latency):
             tried.append([m, p, result])
             if other is not None and other.latency < trial.latency:
                 lg, trial, kept = other_lg, other, m
         # the pieces' trials follow the min_rows kept
         for m, p, result, other_lg, other in tilings([(kept, p) for p in settings.trial_pieces if p != pieces]
                                                      if pieces_on else [], prepare, settings, spread, headroom, target,
-                                                     times, seen, forks, say):
+                                                     times, seen, forks, say, trial.latency):
             tried.append([m, p, result])
             if other is not None and other.latency < trial.latency:
                 lg, trial, pieces = other_lg, other, p
@@ -278,12 +285,13 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
 
 def tilings(values: list[tuple[int, float]], prepare: Callable[[LowerSettings], tuple[LoweredGraph, Clustering]],
             settings: LowerSettings, spread: float, headroom: float, target: Target, times: dict, seen: dict,
-            forks: Forks, say: Callable[[str], None]) -> list[tuple]:
+            forks: Forks, say: Callable[[str], None], beat: float = math.inf) -> list[tuple]:
     """``[(min_rows, pieces_per_core, result, lowered graph, trial), ...]`` of each value in
     order, as :func:`alternative` with ``seen`` gives them one after the other: each value
     tiles and clusters here, its trial goes to ``forks``; a tiling seen before, or tried
     earlier in ``values``, is not run again (no graph, no trial; its result and instructions
-    charged again). O(values) tilings and trials."""
+    charged again). A trial slower than ``beat`` comes back without its executable
+    (:func:`trial_job`). O(values) tilings and trials."""
     runs: list = []
     batch: dict = {}  # tiling_key -> index in runs, of this call's trials
     for m, p in values:
@@ -302,7 +310,7 @@ def tilings(values: list[tuple[int, float]], prepare: Callable[[LowerSettings], 
             runs.append((m, p, key))
             continue
         batch[key] = len(runs)
-        runs.append((m, p, lg, forks.submit(partial(trial_job, lg, cl, target, settings, True))))
+        runs.append((m, p, lg, forks.submit(partial(trial_job, lg, cl, target, settings, True, beat))))
     out = []
     for run in runs:
         m, p = run[:2]
@@ -348,7 +356,8 @@ def placement_seeds(lg: LoweredGraph, trial: Trial, target: Target, settings: Lo
                 break
             ahead += trial.emitted
             say(f"trial: mesh placement with seed {seed}")
-            results[seed] = forks.submit(partial(trial_job, lg, trial.cl, target, replace(settings, seed=seed), timed))
+            results[seed] = forks.submit(partial(trial_job, lg, trial.cl, target, replace(settings, seed=seed), timed,
+                                                 trial.latency))
         for seed in seeds:  # a seed emits about the kept executable's instructions, as do the FOLLOWING builds
             if times[EMITTED] + (1 + FOLLOWING) * trial.emitted > settings.trial_budget:
                 break
