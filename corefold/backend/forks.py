@@ -73,11 +73,16 @@ class Forks:
             return
         index, job = self._queued
         self._queued = None
-        if here or self._busy() >= self.workers - 1:
+        path = None
+        if not here and self._busy() < self.workers - 1:
+            try:
+                fd, path = tempfile.mkstemp(prefix="corefold-trial-", suffix=".pickle")
+                os.close(fd)
+            except OSError:  # no room for a result file: this process runs it
+                path = None
+        if path is None:
             self._values[index] = _run_here(job)
             return
-        fd, path = tempfile.mkstemp(prefix="corefold-trial-", suffix=".pickle")
-        os.close(fd)
         for stream in (sys.stdout, sys.stderr):  # else the child flushes the caller's buffered text again
             stream.flush()
         pid = os.fork()

@@ -97,3 +97,13 @@ def test_a_job_run_in_the_caller_raises_at_its_result_not_at_submit():
         assert second() == 2
         with pytest.raises(CompileError, match="core count"):
             first()
+
+
+def test_without_room_for_a_result_file_the_caller_runs_the_job(monkeypatch):
+    def no_room(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("tempfile.mkstemp", no_room)
+    with Forks(2) as forks:
+        results = [forks.submit(lambda v=v: _pid_and(v)) for v in range(3)]
+        assert [r() for r in results] == [(os.getpid(), v) for v in range(3)]
