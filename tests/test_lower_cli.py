@@ -163,6 +163,22 @@ def test_a_bad_clustering_setting_ends_in_one_line_before_anything_is_written(tm
     assert not out.exists()
 
 
+def test_workers_write_the_executable_one_process_writes(tmp_path, capsys):
+    """``--workers 2`` (the default preset's trials forked) writes the same programs,
+    buffers, weights and trial reports as ``--workers 1``; only the lowering's times differ."""
+    from corefold.target import load_target
+
+    exes = []
+    for n in ("1", "2"):
+        out = tmp_path / f"w{n}.cfx"
+        assert main(["lower", MODEL, "-o", str(out), "--workers", n, "--quiet"]) == 0
+        exes.append(load(out, load_target("npu")))
+    one, two = exes
+    assert one.programs == two.programs and one.buffers == two.buffers and one.regions == two.regions
+    assert bytes(one.weights) == bytes(two.weights)
+    assert one.meta["order"] == two.meta["order"] and len(one.meta["order"].get("seeds_tried", [])) > 1
+
+
 @pytest.mark.parametrize("argv", [["--workers", "-1"], ["--set", "workers=-2"]])
 def test_a_negative_worker_count_ends_in_one_line_before_anything_is_written(tmp_path, capsys, argv):
     out = tmp_path / "m.cfx"
