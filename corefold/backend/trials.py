@@ -125,25 +125,58 @@ def alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Tar
     tried with the same clustering settings: a tiling tried already is not run again
     (``(its result, None, None)``: it lost then, or it is the kept one) and a new one is
     added."""
-    t = time.perf_counter()
-    try:
-        lg, cl = make()
-    except CompileError as exc:
-        return str(exc), None, None
-    finally:
-        times["tile_place"] += time.perf_counter() - t
-    if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
-        return None, None, None
-    key = tiling_key(lg) if seen is not None else None
-    if seen is not None and key in seen:
-        result, emitted = seen[key]
-        # NOTE: charged as if emitted again, so that trial_budget admits the same trials after it
-        times[EMITTED] = times.get(EMITTED, 0) + emitted
-        return result, None, None
-    other = run_trial(lg, cl, target, settings, timed, times)
-    if seen is not None:
-        seen[key] = (other.result, other.emitted)
-    return other.result, lg, other
+    with Forks(1) as here:
+        return alternatives([(None, make)], target, settings, times, here, timed, same_as, seen)[0]
+
+
+def alternatives(makes: list[tuple[str | None, Callable[[], tuple[LoweredGraph, Clustering]]]], target: Target,
+                 settings: LowerSettings, times: dict, forks: Forks, timed: bool = True,
+                 same_as: LoweredGraph | None = None, seen: dict | None = None, beat: float = math.inf,
+                 say: Callable[[str], None] | None = None) -> list[tuple]:
+    """:func:`alternative` of each ``(label, make)`` in order, as one after the other would
+    give them (``say(label)`` before each ``make``): each tiles and clusters here, its trial
+    goes to ``forks``; with ``seen``, a tiling seen before or earlier in ``makes`` is not run
+    again (its result, and its instructions charged again). A trial no faster than ``beat``
+    comes back without its executable (:func:`trial_job`). O(makes) tilings and trials."""
+    runs: list[tuple] = []
+    batch: set = set()  # this call's tilings
+    for label, make in makes:
+        if say is not None and label is not None:
+            say(label)
+        t = time.perf_counter()
+        try:
+            lg, cl = make()
+        except CompileError as exc:
+            runs.append(("failed", str(exc)))
+            continue
+        finally:
+            times["tile_place"] += time.perf_counter() - t
+        if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
+            runs.append(("same",))
+            continue
+        key = tiling_key(lg) if seen is not None else None
+        if seen is not None and (key in seen or key in batch):
+            runs.append(("seen", key))
+            continue
+        batch.add(key)
+        runs.append(("run", key, lg, forks.submit(partial(trial_job, lg, cl, target, settings, timed, beat))))
+    out = []
+    for run in runs:
+        if run[0] == "run":
+            trial = merged(run[3](), times)
+            if seen is not None:
+                seen[run[1]] = (trial.result, trial.emitted)
+            out.append((trial.result, run[2], trial))
+        elif run[0] == "failed":
+            out.append((run[1], None, None))
+        elif run[0] == "same":
+            out.append((None, None, None))
+        else:
+            result, emitted = seen[run[1]]
+            # NOTE: charged as if emitted again, so that trial_budget admits the same trials after it
+            times[EMITTED] = times.get(EMITTED, 0) + emitted
+            out.append((result, None, None))
+    return out
 
 
 def run_trial(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
@@ -249,18 +282,25 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     seen = {tiling_key(lg): (trial.result, trial.emitted)}
     # NOTE: decided on the first tiling (pieces_fit_budget counts the min_rows trials ahead)
     pieces_on = trials_on and (len(lg.tasks) <= settings.trial_pieces_tasks or pieces_fit_budget(trial, settings, times))
+    def tiling(m: int, p: float) -> tuple[str, Callable[[], tuple[LoweredGraph, Clustering]]]:
+        return (f"trial: tiling with min_rows {m}, {p:g} pieces per core",
+                partial(prepare, replace(settings, min_rows=(m,), pieces_per_core=p, spread=(spread,),
+                                         headroom=(headroom,))))
+
     with Forks(settings.workers) as forks:  # a trial runs while the next value tiles
-        for m, p, result, other_lg, other in tilings([(m, pieces) for m in settings.min_rows[1:]] if trials_on else [],
-                                                     prepare, settings, spread, headroom, target, times, seen, forks,
-                                                     say, trial.latency):
-            tried.append([m, p, result])
+        rows = [m for m in settings.min_rows[1:]] if trials_on else []
+        for m, (result, other_lg, other) in zip(rows, alternatives(
+                [tiling(m, pieces) for m in rows], target, settings, times, forks, seen=seen, beat=trial.latency,
+                say=say), strict=True):
+            tried.append([m, pieces, result])
             if other is not None and other.latency < trial.latency:
                 lg, trial, kept = other_lg, other, m
         # the pieces' trials follow the min_rows kept
-        for m, p, result, other_lg, other in tilings([(kept, p) for p in settings.trial_pieces if p != pieces]
-                                                     if pieces_on else [], prepare, settings, spread, headroom, target,
-                                                     times, seen, forks, say, trial.latency):
-            tried.append([m, p, result])
+        more = [p for p in settings.trial_pieces if p != pieces] if pieces_on else []
+        for p, (result, other_lg, other) in zip(more, alternatives(
+                [tiling(kept, p) for p in more], target, settings, times, forks, seen=seen, beat=trial.latency,
+                say=say), strict=True):
+            tried.append([kept, p, result])
             if other is not None and other.latency < trial.latency:
                 lg, trial, pieces = other_lg, other, p
     chosen = {"bands": settings.bands[0], "input_pieces": settings.input_pieces[0]}
@@ -281,50 +321,6 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
         if len(here) > 1:
             knobs_tried[knob] = here
     return lg, trial, kept, pieces, tried, chosen, knobs_tried
-
-
-def tilings(values: list[tuple[int, float]], prepare: Callable[[LowerSettings], tuple[LoweredGraph, Clustering]],
-            settings: LowerSettings, spread: float, headroom: float, target: Target, times: dict, seen: dict,
-            forks: Forks, say: Callable[[str], None], beat: float = math.inf) -> list[tuple]:
-    """``[(min_rows, pieces_per_core, result, lowered graph, trial), ...]`` of each value in
-    order, as :func:`alternative` with ``seen`` gives them one after the other: each value
-    tiles and clusters here, its trial goes to ``forks``; a tiling seen before, or tried
-    earlier in ``values``, is not run again (no graph, no trial; its result and instructions
-    charged again). A trial slower than ``beat`` comes back without its executable
-    (:func:`trial_job`). O(values) tilings and trials."""
-    runs: list = []
-    batch: dict = {}  # tiling_key -> index in runs, of this call's trials
-    for m, p in values:
-        say(f"trial: tiling with min_rows {m}, {p:g} pieces per core")
-        t = time.perf_counter()
-        try:
-            lg, cl = prepare(replace(settings, min_rows=(m,), pieces_per_core=p, spread=(spread,),
-                                     headroom=(headroom,)))
-        except CompileError as exc:
-            runs.append((m, p, str(exc)))
-            continue
-        finally:
-            times["tile_place"] += time.perf_counter() - t
-        key = tiling_key(lg)
-        if key in seen or key in batch:
-            runs.append((m, p, key))
-            continue
-        batch[key] = len(runs)
-        runs.append((m, p, lg, forks.submit(partial(trial_job, lg, cl, target, settings, True, beat))))
-    out = []
-    for run in runs:
-        m, p = run[:2]
-        if len(run) == 4:  # a trial of its own
-            trial = merged(run[3](), times)
-            seen[tiling_key(run[2])] = (trial.result, trial.emitted)
-            out.append((m, p, trial.result, run[2], trial))
-        elif isinstance(run[2], str):  # the tiling failed
-            out.append((m, p, run[2], None, None))
-        else:  # NOTE: charged as if emitted again, so that trial_budget admits the same trials after it
-            result, emitted = seen[run[2]]
-            times[EMITTED] = times.get(EMITTED, 0) + emitted
-            out.append((m, p, result, None, None))
-    return out
 
 
 def pieces_fit_budget(trial: Trial, settings: LowerSettings, times: dict) -> bool:
