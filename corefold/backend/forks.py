@@ -42,7 +42,7 @@ class Forks:
     children run, else in the caller at once. Asking for any result first runs the queued
     job in the caller. So the caller goes on with its own work (the next tiling) while a
     child runs a trial, and the last job, or a lone one, never leaves the caller (nothing to
-    pickle). O(1) per job besides the job and pickling a child's value."""
+    pickle). O(workers) per job besides the job and pickling a child's value."""
 
     def __init__(self, workers: int):
         self.workers = worker_count(workers)
