@@ -122,16 +122,18 @@ class Timeline:
 
 
 class _Task:
+    """One task as an object, for the trace and the critical path (:attr:`Engine.tasks`)."""
+
     __slots__ = ("stages", "queue", "name", "category", "args", "succs")
 
     def __init__(self, stages: tuple[Stage, ...], queue: int, name: str, category: str,
-                 args: dict[str, Any] | None):
+                 args: dict[str, Any] | None, succs: list[int]):
         self.stages = stages
         self.queue = queue
         self.name = name
         self.category = category
         self.args = args
-        self.succs: list[int] = []
+        self.succs = succs
 
 
 class Engine:
@@ -139,17 +141,48 @@ class Engine:
 
     def __init__(self) -> None:
         self.resources: list[Resource] = []
-        self.tasks: list[_Task] = []
+        # the tasks flat (one entry per task in the first lists), for the compiled run:
+        # names, categories, args, queue (-1: none), count of stages and of dependencies;
+        # each stage's resource, duration and latency; each dependency edge (earlier, later)
+        self._names: list[str] = []
+        self._categories: list[str] = []
+        self._args: list[dict[str, Any] | None] = []
+        self._queue_of: list[int] = []
+        self._nstages: list[int] = []
         self._pending: list[int] = []
-        self._queues: list[list[int]] = []
-        # the same tasks flat, for the compiled run: each stage's resource, duration and
-        # latency, each task's stage count, each dependency edge (earlier task, task)
         self._res: list[int] = []
         self._dur: list[float] = []
         self._lat: list[float] = []
-        self._nstages: list[int] = []
         self._edge_from: list[int] = []
         self._edge_to: list[int] = []
+        self._queues: list[list[int]] = []
+        self._views: list[_Task] = []
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks added so far. O(1)."""
+        return len(self._nstages)
+
+    @property
+    def tasks(self) -> list[_Task]:
+        """Every task as an object: its stages, queue, name, category, args and successors
+        (in the order they were added). Built when first asked for after a :meth:`task`:
+        the run itself needs none of them. O(T + S + E)."""
+        n = len(self._nstages)
+        if len(self._views) != n:
+            succs: list[list[int]] = [[] for _ in range(n)]
+            for a, b in zip(self._edge_from, self._edge_to, strict=True):
+                succs[a].append(b)
+            first = 0
+            views = []
+            for t in range(n):
+                last = first + self._nstages[t]
+                stages = tuple(map(Stage, self._res[first:last], self._dur[first:last], self._lat[first:last]))
+                views.append(_Task(stages, self._queue_of[t], self._names[t], self._categories[t], self._args[t],
+                                   succs[t]))
+                first = last
+            self._views = views
+        return self._views
 
     def resource(self, name: str, servers: int = 1, *, process: str = "", thread: str = "",
                  kind: str = "", shared: bool = False) -> int:
@@ -177,35 +210,44 @@ class Engine:
             ValueError: a dependency is not an earlier task, a stage names no resource, or
                 a duration or latency is negative or not finite.
         """
-        index = len(self.tasks)
-        nres = len(self.resources)
+        index = len(self._nstages)
+        unique = set(deps)
+        if unique and (min(unique) < 0 or max(unique) >= index):
+            bad = next(d for d in unique if not 0 <= d < index)
+            raise ValueError(f"task '{name}': dependency {bad} is not an earlier task")
+        if stages:
+            res, dur, lat = zip(*stages, strict=True)
+            # (a NaN or an infinity makes the sum fail ``< inf``; a negative, the minimum)
+            if (min(res) < 0 or max(res) >= len(self.resources) or not sum(dur) + sum(lat) < math.inf
+                    or min(dur) < 0 or min(lat) < 0):
+                self._refuse(stages, name)
+            self._res.extend(res)
+            self._dur.extend(dur)
+            self._lat.extend(lat)
+        if unique:
+            self._edge_from.extend(unique)
+            self._edge_to.extend([index] * len(unique))
+        self._pending.append(len(unique))
+        self._nstages.append(len(stages))
+        self._names.append(name)
+        self._categories.append(category)
+        self._args.append(args)
+        if queue is None:
+            self._queue_of.append(-1)
+        else:
+            self._queue_of.append(queue)
+            self._queues[queue].append(index)
+        return index
+
+    def _refuse(self, stages: Sequence[Stage], name: str) -> None:
+        """Raise the ValueError for the first bad stage of ``stages``."""
         for r, d, lat in stages:
-            if not 0 <= r < nres:
+            if not 0 <= r < len(self.resources):
                 raise ValueError(f"task '{name}': no resource {r}")
             if not (0 <= d < math.inf and 0 <= lat < math.inf):
                 raise ValueError(f"task '{name}': stage on '{self.resources[r].name}' has duration {d} and "
                                  f"latency {lat}")
-        unique = set(deps)
-        for d in unique:
-            if not 0 <= d < index:
-                raise ValueError(f"task '{name}': dependency {d} is not an earlier task")
-        self.tasks.append(_Task(tuple(stages), -1 if queue is None else queue, name, category, args))
-        tasks = self.tasks
-        for d in unique:
-            tasks[d].succs.append(index)
-        if unique:
-            self._edge_from.extend(unique)
-            self._edge_to.extend([index] * len(unique))
-        if stages:
-            res, dur, lat = zip(*stages, strict=True)
-            self._res.extend(res)
-            self._dur.extend(dur)
-            self._lat.extend(lat)
-        self._nstages.append(len(stages))
-        self._pending.append(len(unique))
-        if queue is not None:
-            self._queues[queue].append(index)
-        return index
+        raise InternalError(f"task '{name}': stages refused without a bad one")
 
     def run(self) -> Timeline:
         """Simulate every task once (module docstring), the event loop compiled by numba
@@ -215,8 +257,7 @@ class Engine:
         Raises:
             DeadlockError: some tasks never became ready (names the first of them).
         """
-        tasks = self.tasks
-        n = len(tasks)
+        n = len(self._nstages)
         stage_first = np.zeros(n + 1, np.int64)
         np.cumsum(np.asarray(self._nstages, np.int64), out=stage_first[1:])
         # each task's successors in the order they were added (tasks add in index order,
@@ -234,14 +275,14 @@ class Engine:
         start, finish, rec, rec_start, rec_end, done, pending = _run_tasks(
             stage_first, np.asarray(self._res, np.int64), np.asarray(self._dur, np.float64),
             np.asarray(self._lat, np.float64), succ_first, succ, np.asarray(self._pending, np.int64),
-            np.asarray([t.queue for t in tasks], np.int64), queue_first, queued, server_first,
+            np.asarray(self._queue_of, np.int64), queue_first, queued, server_first,
             np.asarray([r.shared for r in self.resources], np.bool_))
         if done != n:
             stuck = next(i for i in range(n) if np.isnan(finish[i]))
             why = (f"waits for {pending[stuck]} unfinished dependencies" if pending[stuck]
                    else "waits behind an earlier task of its queue")
             raise DeadlockError(f"engine: {n - done} of {n} tasks never ran; the first, "
-                                f"'{tasks[stuck].name or stuck}', {why}")
+                                f"'{self._names[stuck] or stuck}', {why}")
         return Timeline(start=start, finish=finish, stage_task=rec[0], stage_resource=rec[1], stage_server=rec[2],
                         stage_start=rec_start, stage_end=rec_end, makespan=float(finish.max()) if n else 0.0)
 

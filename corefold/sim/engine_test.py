@@ -1,5 +1,7 @@
 """The timing engine against timelines computed by hand, and its invariants on random task graphs."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -147,7 +149,8 @@ def test_tasks_that_never_become_ready_are_reported():
     u = e.resource("u")
     a = e.task([Stage(u, 1.0)], name="a")
     b = e.task([Stage(u, 1.0)], deps=[a], name="b")
-    e.tasks[b].succs.append(a)
+    e._edge_from.append(b)  # a also waits for b
+    e._edge_to.append(a)
     e._pending[a] += 1
     with pytest.raises(DeadlockError, match="2 of 2 tasks never ran; the first, 'a', waits for 1"):
         e.run()
@@ -162,6 +165,16 @@ def test_bad_tasks_are_refused():
         e.task([Stage(u, -1.0)])
     with pytest.raises(ValueError, match="no resource"):
         e.task([Stage(7, 1.0)])
+    for d, lat in ((math.nan, 0.0), (math.inf, 0.0), (1.0, math.nan), (1.0, -1e-9), (-math.inf, math.inf)):
+        with pytest.raises(ValueError, match=f"'t': stage on 'u' has duration {d} and latency {lat}"):
+            e.task([Stage(u, 1.0), Stage(u, d, lat)], name="t")
+    with pytest.raises(ValueError, match="'t': no resource -1"):
+        e.task([Stage(u, 1.0), Stage(-1, 1.0)], name="t")
+    with pytest.raises(ValueError, match="dependency -1 is not an earlier task"):
+        e.task([], deps=[-1])
+    assert e.num_tasks == 0 and e.tasks == []  # nothing refused was added
+    t = e.task([Stage(u, 2.0, 0.5)], name="t", category="c", args={"k": 1})
+    assert e.num_tasks == 1 and e.tasks[t].stages == (Stage(u, 2.0, 0.5),) and e.tasks[t].args == {"k": 1}
 
 
 @st.composite

@@ -59,6 +59,8 @@ class Machine:
     hop_cost: dict[tuple[int, int, str], tuple[float, float]] = field(default_factory=dict)
     free_noc: bool = False
     free_dram: bool = False
+    #: ``(x, y, d)`` -> (resource, bytes per second, latency): ``links`` and ``hop_cost`` in one
+    hop_info: dict[tuple[int, int, str], tuple[int, float, float]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, target: Target, engine: Engine, free_noc: bool = False, free_dram: bool = False) -> "Machine":
@@ -79,6 +81,7 @@ class Machine:
                         m.links[(x, y, d)] = engine.resource(f"link ({x},{y}) {d}", process="NoC",
                                                              thread=f"({x},{y}) {d}", kind="link", shared=True)
                         m.hop_cost[(x, y, d)] = (target.link_bytes_per_s(x, y, d), target.hop_latency_s(x, y, d))
+                        m.hop_info[(x, y, d)] = (m.links[(x, y, d)], *m.hop_cost[(x, y, d)])
         for c, (x, y) in enumerate(target.dram_channels):
             m.channels.append(engine.resource(f"DRAM channel {c}", process="DRAM",
                                               thread=f"channel {c} at ({x},{y})", kind="dram", shared=True))
@@ -87,15 +90,17 @@ class Machine:
 
     # -- stages ---------------------------------------------------------------------------------
     def hops(self, route: Route, nbytes: float) -> list[Stage]:
-        """One stage per hop: ``nbytes`` at the link's bandwidth, the hop's latency.
+        """One stage per hop: ``nbytes`` at the link's bandwidth, the hop's latency (plain
+        ``(resource, duration, latency)`` triples, :class:`Stage`'s fields: a timed run
+        makes one per hop of every transfer). O(hops).
 
         Raises:
             KeyError: a hop leaves the board.
         """
-        cost = self.hop_cost
+        info = self.hop_info
         if self.free_noc:
-            return [Stage(self.links[hop], 0.0, cost[hop][1]) for hop in route]
-        return [Stage(self.links[hop], nbytes / cost[hop][0], cost[hop][1]) for hop in route]
+            return [(r, 0.0, lat) for r, _, lat in map(info.__getitem__, route)]
+        return [(r, nbytes / rate, lat) for r, rate, lat in map(info.__getitem__, route)]
 
     def unit_stage(self, core: Core, unit: str, seconds: float) -> Stage:
         """``seconds`` on engine ``unit`` of ``core``.
