@@ -10,6 +10,7 @@ Every function here is O(rank) per box (O(rank * pieces) per operand).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import add, sub
 
 import numpy as np
 
@@ -36,22 +37,40 @@ class Piece:
 
 
 def intersect(a_start: Shape, a_extent: Shape, b_start: Shape, b_extent: Shape) -> tuple[Shape, Shape] | None:
-    """The intersection of two boxes, or None when it is empty."""
-    start, extent = [], []
-    for s0, e0, s1, e1 in zip(a_start, a_extent, b_start, b_extent, strict=True):
-        lo, hi = max(s0, s1), min(s0 + e0, s1 + e1)
-        if hi <= lo:
-            return None
-        start.append(lo)
-        extent.append(hi - lo)
-    return tuple(start), tuple(extent)
+    """The intersection of two boxes, or None when it is empty. O(rank)."""
+    if not len(a_start) == len(a_extent) == len(b_start) == len(b_extent):
+        raise ValueError(f"intersect: boxes of ranks {len(a_start)}, {len(a_extent)}, {len(b_start)}, "
+                         f"{len(b_extent)}")
+    start = tuple(map(max, a_start, b_start))
+    extent = tuple(map(sub, map(min, map(add, a_start, a_extent), map(add, b_start, b_extent)), start))
+    if extent and min(extent) <= 0:
+        return None
+    return start, extent
 
 
-def sub_pieces(pieces: tuple[Piece, ...], start: Shape, extent: Shape) -> tuple[Piece, ...]:
+def piece_boxes(pieces: tuple[Piece, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)``: each piece's box in its operand as rows (P x rank), for
+    :func:`sub_pieces` over many boxes of one operand. O(P rank)."""
+    rank = len(pieces[0].dst_start) if pieces else 0
+    lo = np.array([p.dst_start for p in pieces], np.int64).reshape(len(pieces), rank)
+    return lo, lo + np.array([p.extent for p in pieces], np.int64).reshape(len(pieces), rank)
+
+
+def sub_pieces(pieces: tuple[Piece, ...], start: Shape, extent: Shape,
+               boxes: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Piece, ...]:
     """The pieces of box ``(start, extent)`` of an operand made of ``pieces``, in the box's
-    own coordinates."""
+    own coordinates. O(P rank); with ``boxes`` (:func:`piece_boxes` of ``pieces``) the
+    overlap test is one NumPy pass and only the pieces it finds are cut (slicing an
+    operand of P pieces into P boxes: O(P^2) array work instead of O(P^2) Python)."""
     out = []
-    for p in pieces:
+    if boxes is not None and len(pieces):
+        lo, hi = boxes
+        box_lo = np.asarray(start, np.int64)
+        box_hi = box_lo + np.asarray(extent, np.int64)
+        candidates = [pieces[i] for i in np.flatnonzero(((lo < box_hi) & (hi > box_lo)).all(axis=1)).tolist()]
+    else:
+        candidates = pieces
+    for p in candidates:
         hit = intersect(p.dst_start, p.extent, start, extent)
         if hit is None:
             continue

@@ -66,6 +66,9 @@ class _Timeline:
         self.ends: list[float] = []
 
     def fit(self, ready: float, length: float) -> float:
+        ends = self.ends
+        if not ends or ready >= ends[-1]:  # (the intervals are disjoint: ends sorted too)
+            return ready
         s = ready
         i = bisect.bisect_right(self.ends, ready)
         while i < len(self.starts) and s + length > self.starts[i]:
@@ -308,6 +311,9 @@ class _Clusterer:
         best = None
         thrifty = None
         budget = 0.9 * self.k_max * self.cap - self.reserved - remaining_w
+        # the readers of many producers that already receive from as many cores as a core may
+        full_readers = [self.fanin[r] for r in self.wide_readers[t.id] if len(self.fanin[r]) >= self.streams]
+        unit_tls = self.unit_tl
         self.rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
         for g in cands:
             remote = len(by_bytes) - (g in by_bytes) > 0
@@ -316,7 +322,7 @@ class _Clusterer:
                 if self.acyclic and self.packed is None and self.reach[g] & pmask & ~(1 << g):
                     self.rejected["direction"] += 1
                     continue  # g reaches a producer's group: a cycle
-                new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g])
+                new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g]) if tc else 0
                 mine = by_bytes.get(g, 0.0)  # held inputs are part of the working set
                 most = max(self.wsmax[g], ws)
                 crowded = new_w > 0 and self.wbytes[g] + new_w + (1 + self.headroom) * most > self.cap
@@ -324,11 +330,11 @@ class _Clusterer:
                 if self.wbytes[g] + new_w + most + held > self.cap:
                     self.rejected["SRAM"] += 1
                     continue
-                if self.packed is None and len(self.sources[g] | (pred_groups - {g})) > self.streams:
+                if (self.packed is None and len(self.sources[g]) + len(pred_groups) > self.streams
+                        and len(self.sources[g] | (pred_groups - {g})) > self.streams):
                     self.rejected["NoC buffers"] += 1
                     continue
-                if self.packed is None and any(g not in self.fanin[r] and len(self.fanin[r]) >= self.streams
-                                               for r in self.wide_readers[t.id]):
+                if self.packed is None and full_readers and any(g not in f for f in full_readers):
                     self.rejected["NoC buffers"] += 1
                     continue  # a reader of many producers would receive from too many cores
                 ingress = self.ingress[g]
@@ -338,7 +344,7 @@ class _Clusterer:
             else:
                 if self.packed is None and len(pred_groups) > self.streams:
                     continue
-                if self.packed is None and any(len(self.fanin[r]) >= self.streams for r in self.wide_readers[t.id]):
+                if self.packed is None and full_readers:
                     self.rejected["NoC buffers"] += 1
                     continue
                 ingress = 0.0
@@ -362,7 +368,11 @@ class _Clusterer:
             elif remote:
                 ready = max(ready, max(first, ingress) + self.lat + rbytes / self.link)
             if self.insert and g >= 0 and t.unit != "dma":
-                st = min(tl.fit(ready, t.seconds) for tl in self.unit_tl[g][t.unit])
+                st = math.inf
+                for tl in unit_tls[g][t.unit]:
+                    f = tl.fit(ready, t.seconds)
+                    if f < st:
+                        st = f
             else:
                 st = max(ready, unit_free)
             key = (crowded, st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)

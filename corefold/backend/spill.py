@@ -29,7 +29,10 @@ def lifetimes(plan: Plan, cp: CorePlan) -> dict[int, tuple[int, int]]:
     first: dict[int, int] = {}  # activation buffer -> first use (others never enter it)
     buffers = plan.buffers
     for i, ev in enumerate(cp.events):
-        for b in accesses(ev):
+        for v in (*ev.reads, *ev.writes):  # accesses(ev), inlined: a core plan has thousands
+            if v is None:
+                continue
+            b = v[0]
             lo = first.get(b)
             if lo is None:
                 if buffers[b].kind != "activation":

@@ -97,17 +97,19 @@ def count_orders(preds: list[list[int]], cap: int) -> int:
     memo: dict[int, int] = {full: 1}
     # iterative DFS over ideals to avoid deep recursion
     stack = [(0, False)]
+    nexts: dict[int, list[int]] = {}  # an ideal's successors, from its first visit
     while stack:
         done, expanded = stack.pop()
         if done in memo:
             continue
-        ready = [j for j in range(m) if not done >> j & 1 and pred_mask[j] & ~done == 0]
-        nxt = [done | 1 << j for j in ready]
         if expanded:
-            memo[done] = min(cap + 1, sum(memo[x] for x in nxt))
+            memo[done] = min(cap + 1, sum(memo[x] for x in nexts.pop(done)))
             if len(memo) > 10 * cap:
                 return cap + 1
         else:
+            nxt = nexts.get(done)
+            if nxt is None:
+                nexts[done] = nxt = [done | 1 << j for j in range(m) if not done >> j & 1 and pred_mask[j] & ~done == 0]
             stack.append((done, True))
             stack.extend((x, False) for x in nxt if x not in memo)
     return memo[0]
