@@ -30,7 +30,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from corefold.backend.activations import activation_cost, fused_activation
-from corefold.backend.boxes import Piece, Shape, coalesce, piece_boxes, prod, reshape_pieces, shift, sub_pieces
+from corefold.backend.boxes import (
+    Piece,
+    Shape,
+    coalesce,
+    piece_boxes,
+    prod,
+    reshape_pieces,
+    shift,
+    sub_pieces,
+)
 from corefold.backend.executable import Op, QuantTensor
 from corefold.backend.tile import INTEGER_DOMAIN
 from corefold.cost import op_cost
