@@ -65,8 +65,8 @@ from corefold.backend.executable import (
     Signal,
     View,
     Wait,
+    INSTRUCTION_TYPES,
     compute_stages,
-    instruction_kind,
     split_bytes,
     xy_route,
 )
@@ -124,7 +124,14 @@ class TimedRun:
 def view_bytes(exe: Executable, view: View, dram: bool) -> int:
     """Bytes a transfer of ``view`` moves: its elements times its buffer's item size."""
     dtype = exe.regions[view.ref].dtype if dram else exe.buffers[view.ref].dtype
-    return view.elements * np.dtype(dtype).itemsize
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+    return view.elements * size
+
+
+_ITEMSIZE: dict[str, int] = {}  # dtype name -> bytes per element (np.dtype is slow to ask)
+_KIND = {cls: name for name, cls in INSTRUCTION_TYPES.items()}  # instruction class -> kind
 
 
 #: What :func:`time_executable` can be told to count as free (``what_if``), to see how much
@@ -166,37 +173,44 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
     recvs: dict[int, int] = {}
     signals: dict[int, int] = {}
     waits: dict[int, int] = {}
+    engines_of: dict[tuple, set[str]] = {}
+    for core, u in m.units:
+        engines_of.setdefault(core, set()).add(u)
     for c, p in enumerate(exe.programs):
         last_on: dict[str, int] = {}
+        base = offsets[c]
+        engines = engines_of.get(p.core, set())
         for j, ins in enumerate(p.instructions):
-            flat = offsets[c] + j
+            flat = base + j
             is_node[2 * flat] = True
-            for d in ins.deps:
-                if not 0 <= d < j:
-                    raise ProgramError(f"core {p.core} instruction {j}: dependency {d} is not an earlier instruction")
-            dep_nodes = [2 * (offsets[c] + d) for d in ins.deps]
+            deps = ins.deps
+            if deps and (min(deps) < 0 or max(deps) >= j):
+                d = next(d for d in deps if not 0 <= d < j)
+                raise ProgramError(f"core {p.core} instruction {j}: dependency {d} is not an earlier instruction")
+            dep_nodes = [2 * (base + d) for d in deps]
+            kind = type(ins)
             unit = getattr(ins, "unit", None)
             if unit is not None:
-                if (p.core, unit) not in m.units:
+                if unit not in engines:
                     raise ProgramError(f"core {p.core} instruction {j}: no engine '{unit}' on this core")
-                if isinstance(ins, Copy) and unit.rstrip("0123456789") not in ("dma", "vector"):
+                if kind is Copy and unit.rstrip("0123456789") not in ("dma", "vector"):
                     raise ProgramError(f"core {p.core} instruction {j}: a copy on engine '{unit}' (only a DMA or "
                                        "vector engine copies)")
                 if unit in last_on:
                     dep_nodes.append(2 * last_on[unit])
                 last_on[unit] = flat
-            if isinstance(ins, Recv):
+            if kind is Recv:
                 is_node[2 * flat + 1] = True
                 preds[2 * flat + 1] = dep_nodes
                 preds[2 * flat] = [2 * flat + 1]
                 _unique(recvs, ins.tag, flat, "Recv")
             else:
                 preds[2 * flat] = dep_nodes
-                if isinstance(ins, Send):
+                if kind is Send:
                     _unique(sends, ins.tag, flat, "Send")
-                elif isinstance(ins, Signal):
+                elif kind is Signal:
                     _unique(signals, ins.tag, flat, "Signal")
-                elif isinstance(ins, Wait):
+                elif kind is Wait:
                     _unique(waits, ins.tag, flat, "Wait")
     for a, b, what in ((sends, recvs, "Send"), (signals, waits, "Signal")):
         if set(a) != set(b):
@@ -251,11 +265,12 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             task_of[node] = engine.task([], deps=deps, name=f"post recv {ins.tag}", category="sync",
                                         args={"instruction": label})
             continue
-        kind = instruction_kind(ins)
+        cls = type(ins)
+        kind = _KIND[cls]
         stages: list[Stage] = []
         shares: list[tuple[list[Stage], tuple, str, int]] = []  # one transfer per channel share
         args: dict = {"instruction": label}
-        if isinstance(ins, Compute):
+        if cls is Compute:
             op = exe.ops[ins.op]
             stages = []
             for engine_name, seconds in compute_stages(op, ins.unit, target):
@@ -263,8 +278,8 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
                     raise ProgramError(f"core {p.core} instruction {j}: no engine '{engine_name}' for its epilogue")
                 stages.append(m.unit_stage(p.core, engine_name, 0.0 if "compute" in what_if else seconds))
             name, args["op_type"] = op.name, op.op_type
-        elif isinstance(ins, (DmaLoad, DmaStore)):
-            load = isinstance(ins, DmaLoad)
+        elif cls is DmaLoad or cls is DmaStore:
+            load = cls is DmaLoad
             region = exe.regions[ins.src.ref if load else ins.dst.ref]
             nbytes = view_bytes(exe, ins.src, dram=load)
             what = "load" if load else "store"
@@ -277,7 +292,7 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             dram_bytes += nbytes
             name = f"{'load' if load else 'store'} {region.name}"
             args["bytes"] = nbytes
-        elif isinstance(ins, DmaCopy):
+        elif cls is DmaCopy:
             src, dst = exe.regions[ins.src.ref], exe.regions[ins.dst.ref]
             nbytes = view_bytes(exe, ins.src, dram=True)
             n = max(src.interleave, dst.interleave)
@@ -289,12 +304,12 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             dram_bytes += 2 * nbytes  # read from one region, written into the other
             name = f"copy {src.name} -> {dst.name}"
             args["bytes"] = nbytes
-        elif isinstance(ins, Copy):
+        elif cls is Copy:
             nbytes = view_bytes(exe, ins.src, dram=False)
             stages = [m.unit_stage(p.core, ins.unit, m.copy_seconds(ins.unit, nbytes, exe.buffers[ins.src.ref].dtype))]
             name = f"copy {exe.buffers[ins.src.ref].name}"
             args["bytes"] = nbytes
-        elif isinstance(ins, Send):
+        elif cls is Send:
             nbytes = view_bytes(exe, ins.src, dram=False)
             stages = m.hops(ins.route, nbytes)
             if "multicast" in what_if:  # the hops this box already crossed are not taken again
@@ -304,7 +319,7 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
             transfers.append((nbytes, ins.route, "send"))
             name = f"send {exe.buffers[ins.src.ref].name}"
             args.update(bytes=nbytes, to=f"{ins.dst_core}")
-        elif isinstance(ins, Signal):
+        elif cls is Signal:
             stages = m.hops(ins.route, 0)
             name = f"signal {ins.tag}"
         else:  # Recv completion, Wait
