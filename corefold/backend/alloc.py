@@ -13,6 +13,7 @@ not wait for the buffer that used its addresses just before. O(B^2) per try for 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from corefold.backend.executable import ALIGNMENT
 from corefold.backend.plan import CorePlan, Plan
@@ -193,40 +194,81 @@ def _least_recent(life: dict[int, tuple[int, int]], size: dict[int, int], base: 
     buffer (after its end, before its start); adding the top of what is used so far
     (untouched bytes as early as possible) posted nearly every Recv at once and ran
     0.1-2% slower on 4 of the bench's 9 rows (the early sends take the links). None if
-    some buffer finds no room. O(B^2) (NumPy over the placed buffers for each buffer).
+    some buffer finds no room. O(B^2 L) for L candidate addresses per buffer, compiled
+    (:func:`_least_recent_kernel`; ``alloc_test.py`` keeps the NumPy loop it replaced as
+    its oracle).
     """
     order = sorted(life, key=lambda b: (life[b][0], -size[b], b))
-    n = len(order)
-    his = np.empty(n, np.int64)
-    offs = np.empty(n, np.int64)
-    ends = np.empty(n, np.int64)
-    offsets: dict[int, int] = {}
+    lo = np.array([life[b][0] for b in order], np.int64)
+    hi = np.array([life[b][1] for b in order], np.int64)
+    sizes = np.array([size[b] for b in order], np.int64)
+    offs, top, placed = _least_recent_kernel(lo, hi, sizes, base, limit, ALIGNMENT)
+    if placed < len(order):
+        return None
+    return dict(zip(order, offs.tolist(), strict=True)), int(top)
+
+
+@njit(cache=True, nogil=True)
+def _least_recent_kernel(lo, hi, size, base, limit, align):  # pragma: no cover - compiled
+    """:func:`_least_recent` on buffers in placement order (lifetimes ``lo``-``hi``, sizes):
+    ``(offsets, top, how many were placed)``, stopping at the first that finds no room.
+    For each buffer, every candidate address against the placed buffers: O(B^2 L) for L
+    candidates (two per buffer live at its start, plus two)."""
+    n = len(lo)
+    offs = np.zeros(n, np.int64)
+    ends = np.zeros(n, np.int64)
+    live = np.empty(n, np.int64)
+    dead = np.empty(n, np.int64)
+    cand = np.empty(2 * n + 2, np.int64)
     top = base
-    for k, b in enumerate(order):
-        lo, hi = life[b]
-        s = size[b]
-        live = his[:k] >= lo  # every placed buffer started no later than b
-        lo_off, lo_end = offs[:k][live], ends[:k][live]
-        last = (limit - s) // ALIGNMENT * ALIGNMENT
-        cand = np.unique(np.concatenate(([base, last], lo_end, (lo_off - s) // ALIGNMENT * ALIGNMENT)))
-        cand = cand[(cand >= base) & (cand <= last)]
-        if len(lo_off):
-            clash = (lo_off[None, :] < cand[:, None] + s) & (cand[:, None] < lo_end[None, :])
-            cand = cand[~clash.any(axis=1)]
-        if not len(cand):
-            return None
-        dead = ~live
-        d_off, d_end, d_hi = offs[:k][dead], ends[:k][dead], his[:k][dead]
-        if len(d_off):
-            touch = (d_off[None, :] < cand[:, None] + s) & (cand[:, None] < d_end[None, :])
-            recent = np.where(touch, d_hi[None, :], -1).max(axis=1)
-        else:
-            recent = np.full(len(cand), -1)
-        c = int(cand[np.lexsort((cand, recent))[0]])
-        offsets[b] = c
-        his[k], offs[k], ends[k] = hi, c, c + s
-        top = max(top, c + s)
-    return offsets, top
+    for k in range(n):
+        s = size[k]
+        last = (limit - s) // align * align
+        nl = 0
+        nd = 0
+        for j in range(k):  # every placed buffer started no later than this one
+            if hi[j] >= lo[k]:
+                live[nl] = j
+                nl += 1
+            else:
+                dead[nd] = j
+                nd += 1
+        m = 2
+        cand[0] = base
+        cand[1] = last
+        for i in range(nl):
+            j = live[i]
+            cand[m] = ends[j]
+            cand[m + 1] = (offs[j] - s) // align * align
+            m += 2
+        best = -1
+        best_recent = 0
+        for i in range(m):
+            c = cand[i]
+            if c < base or c > last:
+                continue
+            clash = False
+            for t in range(nl):
+                j = live[t]
+                if offs[j] < c + s and c < ends[j]:
+                    clash = True
+                    break
+            if clash:
+                continue
+            recent = -1  # the latest last use of a dead buffer on these bytes
+            for t in range(nd):
+                j = dead[t]
+                if offs[j] < c + s and c < ends[j] and hi[j] > recent:
+                    recent = hi[j]
+            if best < 0 or recent < best_recent or (recent == best_recent and c < best):
+                best = c
+                best_recent = recent
+        if best < 0:
+            return offs, top, k
+        offs[k] = best
+        ends[k] = best + s
+        top = max(top, best + s)
+    return offs, top, n
 
 
 def _first_fit(order: list[int], life: dict[int, tuple[int, int]], size: dict[int, int],

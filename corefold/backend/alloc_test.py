@@ -37,6 +37,58 @@ def _clashes(life, size, offsets) -> list[tuple[int, int]]:
     return out
 
 
+def _least_recent_numpy(life: dict[int, tuple[int, int]], size: dict[int, int], base: int,
+                  limit: int) -> tuple[dict[int, int], int] | None:
+    """The NumPy loop the compiled layout replaced (the oracle): O(B^2) array work."""
+    order = sorted(life, key=lambda b: (life[b][0], -size[b], b))
+    n = len(order)
+    his = np.empty(n, np.int64)
+    offs = np.empty(n, np.int64)
+    ends = np.empty(n, np.int64)
+    offsets: dict[int, int] = {}
+    top = base
+    for k, b in enumerate(order):
+        lo, hi = life[b]
+        s = size[b]
+        live = his[:k] >= lo  # every placed buffer started no later than b
+        lo_off, lo_end = offs[:k][live], ends[:k][live]
+        last = (limit - s) // ALIGNMENT * ALIGNMENT
+        cand = np.unique(np.concatenate(([base, last], lo_end, (lo_off - s) // ALIGNMENT * ALIGNMENT)))
+        cand = cand[(cand >= base) & (cand <= last)]
+        if len(lo_off):
+            clash = (lo_off[None, :] < cand[:, None] + s) & (cand[:, None] < lo_end[None, :])
+            cand = cand[~clash.any(axis=1)]
+        if not len(cand):
+            return None
+        dead = ~live
+        d_off, d_end, d_hi = offs[:k][dead], ends[:k][dead], his[:k][dead]
+        if len(d_off):
+            touch = (d_off[None, :] < cand[:, None] + s) & (cand[:, None] < d_end[None, :])
+            recent = np.where(touch, d_hi[None, :], -1).max(axis=1)
+        else:
+            recent = np.full(len(cand), -1)
+        c = int(cand[np.lexsort((cand, recent))[0]])
+        offsets[b] = c
+        his[k], offs[k], ends[k] = hi, c, c + s
+        top = max(top, c + s)
+    return offsets, top
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_layout_is_the_numpy_loop(seed):
+    """The same offsets and top (or None) as the loop it replaced, on random buffers with
+    tight, roomy and too small limits, sizes unaligned too."""
+    rng = np.random.default_rng(seed)
+    life, size = _random_buffers(rng, int(rng.integers(1, 60)))
+    if seed % 3 == 0:
+        size = {b: s - int(rng.integers(0, ALIGNMENT)) for b, s in size.items()}
+    base = int(rng.integers(0, 4)) * ALIGNMENT
+    _, compact_top = alloc._best_fit_in_time(life, size, base)
+    for limit in (compact_top, base + (compact_top - base) * 3 // 2, base + (compact_top - base) // 2):
+        assert alloc._least_recent(life, size, base, limit) == _least_recent_numpy(life, size, base, limit)
+    assert alloc._least_recent({}, {}, base, base) == ({}, base)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_the_layout_keeps_live_buffers_apart_within_the_limit(seed):
     """On random lifetimes and sizes, with the room the compact layout needs and with 1.5x
