@@ -204,6 +204,25 @@ def test_broken_programs_are_internal_errors():
         run_simulation(b.build(), {}, t)
 
 
+def test_programs_that_wait_for_each_other_are_internal_errors():
+    """Each core sends only after it received what the other sends only after it received:
+    a cycle the timed run names; and a dependency on a later instruction."""
+    t = small_target()
+    b = ExeBuilder(t)
+    a0, d0 = b.buffer((0, 0), (4,), data=np.zeros(4)), b.buffer((0, 0), (4,))
+    a1, d1 = b.buffer((1, 0), (4,), data=np.zeros(4)), b.buffer((1, 0), (4,))
+    b.add((0, 0), Recv(2, (1, 0), b.view(d0)))
+    b.add((0, 0), Send(1, b.view(a0), (1, 0), b.view(d1), xy_route((0, 0), (1, 0)), deps=(0,)))
+    b.add((1, 0), Recv(1, (0, 0), b.view(d1)))
+    b.add((1, 0), Send(2, b.view(a1), (0, 0), b.view(d0), xy_route((1, 0), (0, 0)), deps=(0,)))
+    with pytest.raises(ProgramError, match=r"the programs deadlock: instruction 0 \(numbered over all cores"):
+        run_simulation(b.build(), {}, t)
+    b.programs[(1, 0)].instructions[1] = Send(2, b.view(a1), (0, 0), b.view(d0), xy_route((1, 0), (0, 0)),
+                                              deps=(0, 1))
+    with pytest.raises(ProgramError, match="core \\(1, 0\\) instruction 1: dependency 1 is not an earlier"):
+        run_simulation(b.build(), {}, t)
+
+
 def test_a_copy_takes_its_engine_s_time_and_a_vector_engine_counts_elements():
     """On the npu preset (1 GHz): a 4 KiB float32 box copies in 64 ns on the DMA engine (64
     bytes a cycle) and 16 ns on a vector engine (64 elements a cycle); the two run at once
