@@ -220,7 +220,7 @@ class Engine:
             # (a NaN or an infinity makes the sum fail ``< inf``; a negative, the minimum)
             if (min(res) < 0 or max(res) >= len(self.resources) or not sum(dur) + sum(lat) < math.inf
                     or min(dur) < 0 or min(lat) < 0):
-                self._refuse(stages, name)
+                self._check(stages, name)  # (finite ones whose sum overflows pass)
             self._res.extend(res)
             self._dur.extend(dur)
             self._lat.extend(lat)
@@ -239,15 +239,14 @@ class Engine:
             self._queues[queue].append(index)
         return index
 
-    def _refuse(self, stages: Sequence[Stage], name: str) -> None:
-        """Raise the ValueError for the first bad stage of ``stages``."""
+    def _check(self, stages: Sequence[Stage], name: str) -> None:
+        """Raise the ValueError for the first bad stage of ``stages``, if any. O(stages)."""
         for r, d, lat in stages:
             if not 0 <= r < len(self.resources):
                 raise ValueError(f"task '{name}': no resource {r}")
             if not (0 <= d < math.inf and 0 <= lat < math.inf):
                 raise ValueError(f"task '{name}': stage on '{self.resources[r].name}' has duration {d} and "
                                  f"latency {lat}")
-        raise InternalError(f"task '{name}': stages refused without a bad one")
 
     def run(self) -> Timeline:
         """Simulate every task once (module docstring), the event loop compiled by numba

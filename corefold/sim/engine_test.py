@@ -173,8 +173,10 @@ def test_bad_tasks_are_refused():
     with pytest.raises(ValueError, match="dependency -1 is not an earlier task"):
         e.task([], deps=[-1])
     assert e.num_tasks == 0 and e.tasks == []  # nothing refused was added
+    big = e.task([Stage(u, 1e308), Stage(u, 1e308)], name="big")  # finite, though the sum is not
+    assert e.tasks[big].stages[1].duration == 1e308
     t = e.task([Stage(u, 2.0, 0.5)], name="t", category="c", args={"k": 1})
-    assert e.num_tasks == 1 and e.tasks[t].stages == (Stage(u, 2.0, 0.5),) and e.tasks[t].args == {"k": 1}
+    assert e.num_tasks == 2 and e.tasks[t].stages == (Stage(u, 2.0, 0.5),) and e.tasks[t].args == {"k": 1}
 
 
 @st.composite
