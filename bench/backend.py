@@ -13,7 +13,8 @@ simulates with ``corefold.sim.run_simulation``, and prints:
   term in the next column); goal <= 1.5 on the 8x8 preset;
 * ``SRAM``: the largest per-core SRAM peak over the capacity, and the mean over the cores
   used;
-* ``lower s``, ``sim s``: wall time of lowering (goal <= 20 s) and of the simulation, after a
+* ``lower s``, ``sim s``: wall time of lowering (goal <= 20 s; the machine's pace, a pure-Python
+  loop timed first, tells how it compares across machines) and of the simulation, after a
   warm-up (:func:`warm_up`: the numba kernels' compilation, a minute on a fresh install, is
   printed apart);
 * ``err``: the simulation against the reference executor (float: max |error| / output
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -82,6 +84,20 @@ def model_paths(names: list[str], folder: Path) -> dict[str, Path]:
     for name in names:
         out[name] = light / LIGHT[name] if name in LIGHT else export_torchvision(name, folder)
     return out
+
+
+def machine_pace(n: int = 10**7, repeats: int = 2) -> float:
+    """Seconds a pure-Python loop of ``n`` additions takes here (the fastest of ``repeats``):
+    a lowering is mostly such Python, so ``lower s`` on two machines compares once divided
+    by their paces (stop 50's machine: 0.42-0.45 s when nothing else ran). O(n)."""
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(n):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def warm_up(target, preset: str = "default") -> float:
@@ -295,6 +311,8 @@ def main(argv=None) -> int:
     print(f"warm-up: the bundled example lowered and simulated in {warm_up(npu, args.preset):.1f} s (numba's "
           "kernels: compiled on the first run after an install, about a minute, then loaded from its cache; "
           "not in any row's lower s)", flush=True)
+    print(f"machine pace: a pure-Python loop of 10^7 additions in {machine_pace():.2f} s (lower s scales with it)",
+          flush=True)
     header = (f"{'model':<20}{'dtype':<8}{'lat us':>10}{'roof us':>10}{'lat/roof':>9} {'binds':<7}{'SRAM':>6}"
               f"{'mean':>6}{'cores':>6}{'lower s':>9}{'sim s':>8}{'err':>10}{'naive x':>8}")
     with tempfile.TemporaryDirectory() as tmp:
