@@ -68,6 +68,7 @@ from corefold.backend.executable import (
     View,
     Wait,
     compute_stages,
+    instruction_kind,
     split_bytes,
     xy_route,
 )
@@ -267,7 +268,7 @@ def time_executable(exe: Executable, target: Target, what_if: frozenset[str] = f
                                         args={"instruction": label})
             continue
         cls = type(ins)
-        kind = _KIND[cls]
+        kind = _KIND.get(cls) or instruction_kind(ins)  # (which names what is not an instruction)
         stages: list[Stage] = []
         shares: list[tuple[list[Stage], tuple, str, int]] = []  # one transfer per channel share
         args: dict = {"instruction": label}
