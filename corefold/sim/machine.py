@@ -45,7 +45,8 @@ class Machine:
         links: ``(x, y, d)`` -> resource.
         channels: DRAM channel index -> resource.
         host: the host link's resource.
-        hop_cost: ``(x, y, d)`` -> (bytes per second, latency in seconds) of that link.
+        hop_info: ``(x, y, d)`` -> (its resource, bytes per second, latency in seconds):
+            what :meth:`hops` reads for each hop, in one lookup.
         free_noc, free_dram: links (DRAM channels and DMA engines) move bytes in no time,
             for :func:`corefold.sim.timed.time_executable`'s ``what_if``.
     """
@@ -56,10 +57,8 @@ class Machine:
     links: dict[tuple[int, int, str], int] = field(default_factory=dict)
     channels: list[int] = field(default_factory=list)
     host: int = -1
-    hop_cost: dict[tuple[int, int, str], tuple[float, float]] = field(default_factory=dict)
     free_noc: bool = False
     free_dram: bool = False
-    #: ``(x, y, d)`` -> (resource, bytes per second, latency): ``links`` and ``hop_cost`` in one
     hop_info: dict[tuple[int, int, str], tuple[int, float, float]] = field(default_factory=dict)
 
     @classmethod
@@ -80,8 +79,8 @@ class Machine:
                     if 0 <= x + dx < target.width and 0 <= y + dy < target.height:
                         m.links[(x, y, d)] = engine.resource(f"link ({x},{y}) {d}", process="NoC",
                                                              thread=f"({x},{y}) {d}", kind="link", shared=True)
-                        m.hop_cost[(x, y, d)] = (target.link_bytes_per_s(x, y, d), target.hop_latency_s(x, y, d))
-                        m.hop_info[(x, y, d)] = (m.links[(x, y, d)], *m.hop_cost[(x, y, d)])
+                        m.hop_info[(x, y, d)] = (m.links[(x, y, d)], target.link_bytes_per_s(x, y, d),
+                                                 target.hop_latency_s(x, y, d))
         for c, (x, y) in enumerate(target.dram_channels):
             m.channels.append(engine.resource(f"DRAM channel {c}", process="DRAM",
                                               thread=f"channel {c} at ({x},{y})", kind="dram", shared=True))
@@ -89,7 +88,7 @@ class Machine:
         return m
 
     # -- stages ---------------------------------------------------------------------------------
-    def hops(self, route: Route, nbytes: float) -> list[Stage]:
+    def hops(self, route: Route, nbytes: float) -> list[tuple[int, float, float]]:
         """One stage per hop: ``nbytes`` at the link's bandwidth, the hop's latency (plain
         ``(resource, duration, latency)`` triples, :class:`Stage`'s fields: a timed run
         makes one per hop of every transfer). O(hops).
