@@ -319,24 +319,27 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
     knobs_on = timed and len(lg.tasks) <= settings.trial_knobs_tasks
     # every lowering emits the list-scheduling orders (step 4-5) first; with the search,
     # their timed run tells the search when each remote input really arrives
-    (spread, headroom), trial, tried = try_clusterings(lg, cl, target, settings, timed, knobs_on, times, say)
+    # every trial's result by its tiling and clustering: one clustered as an earlier one is not run again
+    seen: dict = {}
+    (spread, headroom), trial, tried = try_clusterings(lg, cl, target, settings, timed, knobs_on, times, say, seen)
     # NOTE: with the fastest pair only: every pair with both would double the trials
     insertion, trial, insertion_tried = clustering_knob(
         settings.insertion if knobs_on else settings.insertion[:1], trial,
         lambda value: reclustered(lg, target, settings.acyclic, spread, headroom, value, settings.vector_copies[0],
                                   settings.reserve_pieces[0]),
-        target, settings, times, timed, lambda value: f"trial: clustering with insertion {'on' if value else 'off'}", say)
+        target, settings, times, timed, lambda value: f"trial: clustering with insertion {'on' if value else 'off'}", say,
+        seen)
     vector, trial, vector_tried = clustering_knob(
         settings.vector_copies if knobs_on and copies_choose_engine(lg, target) else settings.vector_copies[:1], trial,
         lambda value: reclustered(lg, target, settings.acyclic, spread, headroom, insertion, value,
                                   settings.reserve_pieces[0]),
         target, settings, times, timed,
         lambda value: f"trial: local copies on {'the engine that moves them fastest' if value else 'the DMA engine'}",
-        say)
+        say, seen)
     # the tilings below cluster with both choices
     settings = replace(settings, insertion=(insertion,), vector_copies=(vector,))
     lg, trial, min_rows, pieces, rows_tried, chosen, knobs_tried = other_tilings(
-        partial(_prepare, graph, target), target, settings, lg, trial, spread, headroom, knobs_on, times, say)
+        partial(_prepare, graph, target), target, settings, lg, trial, spread, headroom, knobs_on, times, say, seen)
     # NOTE: after the tilings: the cores it keeps fresh pay off with the bands (int8 Inception
     # v1: 133.8 -> 97.9 us with both, 136.4 -> 139.7 with the first tiling). Within
     # trial_tasks: the int8 ResNet-50 on npu-array (1633 tasks) ran both in 239.8 us, for 2 s
@@ -345,7 +348,7 @@ def _lower_once(graph: Graph, target: Target, settings: LowerSettings, say: Call
         settings.reserve_pieces if trials_on else settings.reserve_pieces[:1], trial,
         lambda value: reclustered(tiled, target, settings.acyclic, spread, headroom, insertion, vector, value),
         target, settings, times, timed,
-        lambda value: f"trial: fresh cores kept for the weights {'per piece' if value else 'per weight'}", say)
+        lambda value: f"trial: fresh cores kept for the weights {'per piece' if value else 'per weight'}", say, seen)
     seed, trial, seeds_tried = placement_seeds(lg, trial, target, settings, trials_on, timed, times, say)
     cl, core_of, base, order_report = trial.cl, trial.core_of, trial.base, trial.report
     built, errors, arrival = trial.built, trial.errors, trial.arrival

@@ -92,16 +92,17 @@ def reclustered(lg: LoweredGraph, *args) -> tuple[LoweredGraph, Clustering]:
 
 def clustering_knob(values: tuple, trial: Trial, make: Callable[[object], tuple[LoweredGraph, Clustering]],
                     target: Target, settings: LowerSettings, times: dict, timed: bool,
-                    label: Callable[[object], str], say: Callable[[str], None]) -> tuple[object, Trial, list]:
+                    label: Callable[[object], str], say: Callable[[str], None],
+                    seen: dict | None = None) -> tuple[object, Trial, list]:
     """``(value kept, its trial, [[value, list latency or error], ...])`` of a clustering knob
     (``insertion``, ``vector_copies``): ``trial``, clustered with ``values[0]``, against the
     clustering ``make(value)`` of each further value; the faster list executable is kept (the
-    first on a tie). No further value: ``(values[0], trial, [])``. O(values) clusterings and
-    trials."""
+    first on a tie). A clustering ``seen`` holds (:func:`alternatives`) is not run again. No
+    further value: ``(values[0], trial, [])``. O(values) clusterings and trials."""
     kept, first, tried = values[0], trial.result, []
     for value in values[1:]:
         say(label(value))
-        result, _, other = alternative(partial(make, value), target, settings, times, timed)
+        result, _, other = alternative(partial(make, value), target, settings, times, timed, seen=seen)
         tried.append([value, result])
         if other is not None and other.latency < trial.latency:
             trial, kept = other, value
@@ -115,16 +116,29 @@ def tiling_key(lg: LoweredGraph) -> tuple:
     return tuple((x.name, x.seconds) for x in lg.tasks) + (len(lg.phys),)
 
 
+def trial_key(lg: LoweredGraph, cl: Clustering) -> tuple:
+    """What tells two trials of one lowering apart (its seed aside): the tiling
+    (:func:`tiling_key`) and the clustering, every task's group, estimated start and end,
+    the group count, the bytes between groups (in the order they were counted) and where
+    local copies go. The mesh placement, the list orders and the executable follow from
+    these alone, so two trials with one key give the same result: two clustering settings
+    often cluster alike (the int8 SqueezeNet's spreads 2.5 and 4, the int8 EfficientNet-B0
+    with and without ``reserve_pieces``), as two tilings may tile alike. O(tasks + group
+    pairs)."""
+    return (tiling_key(lg), cl.group.tobytes(), cl.start.tobytes(), cl.end.tobytes(), cl.groups,
+            tuple(cl.traffic.items()), cl.vector_copies)
+
+
 def alternative(make: Callable[[], tuple[LoweredGraph, Clustering]], target: Target, settings: LowerSettings,
                 times: dict, timed: bool = True, same_as: LoweredGraph | None = None, seen: dict | None = None):
     """``(result, lowered graph, trial)`` of one alternative tiling or clustering: ``make``
     (timed as ``tile_place``), then :func:`run_trial`. ``result`` is the trial's
     :attr:`Trial.result`, or the CompileError's text when ``make`` fails (no graph, no
     trial); ``(None, None, None)`` when its tasks are those of ``same_as`` (nothing to try).
-    ``seen`` maps :func:`tiling_key` to ``(result, instructions emitted)`` of each tiling
-    tried with the same clustering settings: a tiling tried already is not run again
-    (``(its result, None, None)``: it lost then, or it is the kept one) and a new one is
-    added."""
+    ``seen`` maps :func:`trial_key` to ``(result, instructions emitted)`` of each trial of
+    the lowering: a tiling and clustering tried already is not run again (``(its result,
+    None, None)``: it lost then, or it is the kept one; either way it is not kept again,
+    since a tie keeps the first) and a new one is added."""
     with Forks(1) as here:
         return alternatives([(None, make)], target, settings, times, here, timed, same_as, seen)[0]
 
@@ -135,11 +149,11 @@ def alternatives(makes: list[tuple[str | None, Callable[[], tuple[LoweredGraph, 
                  say: Callable[[str], None] | None = None) -> list[tuple]:
     """:func:`alternative` of each ``(label, make)`` in order, as one after the other would
     give them (``say(label)`` before each ``make``): each tiles and clusters here, its trial
-    goes to ``forks``; with ``seen``, a tiling seen before or earlier in ``makes`` is not run
-    again (its result, and its instructions charged again). A trial no faster than ``beat``
+    goes to ``forks``; with ``seen``, a tiling and clustering seen before or earlier in
+    ``makes`` is not run again (its result, and its instructions charged again). A trial no faster than ``beat``
     comes back without its executable (:func:`trial_job`). O(makes) tilings and trials."""
     runs: list[tuple] = []
-    batch: set = set()  # this call's tilings
+    batch: set = set()  # this call's trials
     for label, make in makes:
         if say is not None and label is not None:
             say(label)
@@ -154,7 +168,7 @@ def alternatives(makes: list[tuple[str | None, Callable[[], tuple[LoweredGraph, 
         if same_as is not None and [x.name for x in lg.tasks] == [x.name for x in same_as.tasks]:
             runs.append(("same",))
             continue
-        key = tiling_key(lg) if seen is not None else None
+        key = trial_key(lg, cl) if seen is not None else None
         if seen is not None and (key in seen or key in batch):
             runs.append(("seen", key))
             continue
@@ -225,15 +239,19 @@ def merged(job: tuple[Trial, dict], times: dict) -> Trial:
 
 
 def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: LowerSettings, timed: bool,
-                    trials_on: bool, times: dict, say: Callable[[str], None]):
+                    trials_on: bool, times: dict, say: Callable[[str], None], seen: dict | None = None):
     """``((spread, headroom), trial, [[spread, headroom, list latency or error], ...])``:
     the first clustering ``cl``'s trial, or that of another ``spread`` and ``headroom`` pair
     whose list executable the timed simulation runs faster (the first on a tie). A pair
-    whose clustering would repeat one made before is skipped (:func:`repeats`). O(pairs)
-    clusterings and trials."""
+    whose clustering would repeat one made before is skipped (:func:`repeats`); one that
+    clusters as an earlier pair did is not run (:func:`trial_key`: it cannot be kept) but
+    listed with that pair's result, its instructions charged again. Each trial run goes
+    into ``seen`` (:func:`alternatives`). O(pairs) clusterings and trials."""
     pairs = [(settings.spread[0], settings.headroom[0])]
     made = [(*pairs[0], cl.headroom, cl.spread_limited)]
     tried: list[list] = []
+    keys = [trial_key(lg, cl)]
+    same: dict[int, int] = {}  # pair -> the earlier pair it clusters as
     # NOTE: no rule told beforehand which clustering the SRAM plan suits (headroom 0.5:
     # float EfficientNet-B0 443.6 -> 331.3 us, int8 ResNet-18 184.6 -> 158.5, float
     # Inception v1 542.4 -> 768.1; spread 4 rather than 2.5: int8 EfficientNet-B0
@@ -255,10 +273,26 @@ def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: 
             finally:
                 times["tile_place"] += time.perf_counter() - t
             made.append((spread, headroom, other.headroom, other.spread_limited))
+            key = trial_key(lg, other)
+            if key in keys:
+                same[len(pairs)] = keys.index(key)
+                pairs.append((spread, headroom))
+                keys.append(key)
+                pending.append(None)
+                continue
             pairs.append((spread, headroom))
+            keys.append(key)
             say(f"trial: spread {spread:g} headroom {headroom:g}")
             pending.append(forks.submit(partial(trial_job, lg, other, target, settings, timed)))
-        trials = [merged(result(), times) for result in pending]
+        trials: list[Trial] = []
+        for i, result in enumerate(pending):
+            if result is None:  # as the earlier pair, charged as if emitted again
+                trials.append(trials[same[i]])
+                times[EMITTED] = times.get(EMITTED, 0) + trials[-1].emitted
+            else:
+                trials.append(merged(result(), times))
+    if seen is not None:
+        seen.update((key, (tr.result, tr.emitted)) for key, tr in zip(keys, trials, strict=True))
     tried += [[*sh, tr.result] for sh, tr in zip(pairs, trials, strict=True)]
     best = min(range(len(trials)), key=lambda i: trials[i].latency)  # the first on a tie
     return pairs[best], trials[best], tried
@@ -266,7 +300,8 @@ def try_clusterings(lg: LoweredGraph, cl: Clustering, target: Target, settings: 
 
 def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Clustering]], target: Target,
                   settings: LowerSettings, lg: LoweredGraph, trial: Trial,
-                  spread: float, headroom: float, trials_on: bool, times: dict, say: Callable[[str], None]):
+                  spread: float, headroom: float, trials_on: bool, times: dict, say: Callable[[str], None],
+                  seen: dict | None = None):
     """``(lowered graph, its trial, min_rows, pieces_per_core, [[min_rows, pieces_per_core,
     list latency or error], ...], {knob: value}, {knob: [[value, list latency or error],
     ...]})``: the first tiling's, or that of a further ``settings.min_rows`` value, then of a
@@ -274,12 +309,15 @@ def other_tilings(prepare: Callable[[LowerSettings], tuple[LoweredGraph, Cluster
     ``settings.bands`` value, then ``settings.input_pieces`` (each with what was kept before
     it; a value that tiles as the kept tiling is skipped), whose list executable (clustered
     with ``spread`` and ``headroom``) the timed simulation runs faster. ``prepare(settings)``
-    tiles and clusters the graph with those settings. O(values) tilings and trials."""
+    tiles and clusters the graph with those settings; a tiling and clustering ``seen`` holds
+    (:func:`alternatives`; the first tiling's is added) is not run again. O(values) tilings
+    and trials."""
     kept, pieces = settings.min_rows[0], settings.pieces_per_core
     tried: list[list] = [[kept, pieces, trial.result]]
     # NOTE: two values may tile alike (16 and 20 pieces per core on the int8 ResNet-18: 1035
-    # tasks either way); every trial below clusters with one spread, headroom and knobs
-    seen = {tiling_key(lg): (trial.result, trial.emitted)}
+    # tasks either way)
+    seen = {} if seen is None else seen
+    seen[trial_key(lg, trial.cl)] = (trial.result, trial.emitted)
     # NOTE: decided on the first tiling (pieces_fit_budget counts the min_rows trials ahead)
     pieces_on = trials_on and (len(lg.tasks) <= settings.trial_pieces_tasks or pieces_fit_budget(trial, settings, times))
     def tiling(m: int, p: float) -> tuple[str, Callable[[], tuple[LoweredGraph, Clustering]]]:

@@ -1,4 +1,4 @@
-"""The trials' memo of tilings (``trials.alternative`` with ``seen``)."""
+"""The trials' memo of tilings and clusterings (``trials.alternative`` with ``seen``, ``trials.trial_key``)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_the_memo_changes_the_trials_run_and_nothing_else(monkeypatch, tmp_path)
     calls = _counting(monkeypatch)
     memo = lower(graph, target, settings)
     with_memo = len(calls)
-    monkeypatch.setattr(trials, "tiling_key", lambda lg: object())  # never seen
+    monkeypatch.setattr(trials, "trial_key", lambda lg, cl: object())  # never seen
     every = lower(graph, target, settings)
     assert len(calls) - with_memo > with_memo
     for exe, name in ((memo, "memo.cfx"), (every, "every.cfx")):
@@ -93,3 +93,30 @@ def test_trials_on_forked_workers_give_the_executable_of_one_process(monkeypatch
         exe.meta.pop("lower_seconds", None)
         save(exe, tmp_path / name)
     assert (tmp_path / "one.cfx").read_bytes() == (tmp_path / "two.cfx").read_bytes()
+
+
+def test_a_clustering_setting_that_clusters_alike_is_not_run_again(monkeypatch, tmp_path):
+    """A spread a hair above the first (``repeats``, which would skip it here, switched off)
+    and ``reserve_pieces`` on this small graph cluster as the first setting: their trials
+    are not run, they are listed with the first one's latency, their instructions are
+    charged, and the executable and every report are those of running every trial, byte
+    for byte (the lowering's times aside)."""
+    graph, target = load_model(EXAMPLE), load_target("npu")
+    settings = replace(DEFAULT, spread=(DEFAULT.spread[0], DEFAULT.spread[0] + 1e-9), headroom=(0.0,),
+                       reserve_pieces=(False, True))
+    monkeypatch.setattr(trials, "repeats", lambda *args: False)
+    calls = _counting(monkeypatch)
+    memo = lower(graph, target, settings)
+    with_memo = len(calls)
+    monkeypatch.setattr(trials, "trial_key", lambda lg, cl: object())  # never seen
+    every = lower(graph, target, settings)
+    assert len(calls) - with_memo >= with_memo + 2  # the spread and reserve_pieces run only here
+    order = memo.meta["order"]
+    assert order["clusterings_tried"][0][2] == order["clusterings_tried"][1][2]
+    assert order["reserve_pieces_tried"][0][1] == order["reserve_pieces_tried"][1][1]
+    assert order == every.meta["order"]
+    assert memo.meta["emitted_instructions"] == every.meta["emitted_instructions"]
+    for exe, name in ((memo, "memo.cfx"), (every, "every.cfx")):
+        exe.meta.pop("lower_seconds", None)
+        save(exe, tmp_path / name)
+    assert (tmp_path / "memo.cfx").read_bytes() == (tmp_path / "every.cfx").read_bytes()

@@ -30,6 +30,10 @@ class Graph:
         self._nodes: dict[Node, None] = {}
         self._names: set[str] = set()
         self._counter = 0
+        #: what passes derive from this graph and keep for their next call on it (the split
+        #: pass's constant slices, for one), by the pass's key: it lives and dies with the
+        #: graph, and neither a pickled nor a cloned graph carries it
+        self.caches: dict[str, Any] = {}
 
     # -- construction -------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:

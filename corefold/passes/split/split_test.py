@@ -293,3 +293,19 @@ output z
             assert all(n.inputs[0].shape[:2] == (1, 1) for n in h.nodes if n.name.startswith("mix_part"))
         for key in ref:
             np.testing.assert_allclose(out[key], ref[key], rtol=1e-5, atol=1e-6)
+
+
+def test_a_split_graph_is_freed_with_its_constant_slices():
+    """The constant slices are kept with the graph (``graph.caches``): once nobody holds the
+    graph it is collected, slices and all. Kept in a weak dictionary keyed by the graph, each
+    slice's uses led back to the graph, which then lived as long as the process."""
+    import gc
+    import weakref
+
+    graph = parse(NET)
+    split_graph(graph, TARGET, threshold=4096)
+    assert graph.caches["constant_slices"]  # the convolution's and the matmuls' weights were cut
+    gone = weakref.ref(graph)
+    del graph
+    gc.collect()
+    assert gone() is None
