@@ -51,6 +51,7 @@ from corefold.backend.executable import (
     Wait,
     Weight,
     compute_stages,
+    dtype_name,
     xy_route,
 )
 from corefold.backend.lgraph import LoweredGraph
@@ -91,9 +92,15 @@ def lay_out_memory(plan: Plan, target: Target) -> dict[Core, int]:
     return weights
 
 
+#: Rows of the buffer-pair matrix :func:`_reuse_deps` compares at once (bounds its memory).
+REUSE_ROWS = 512
+
+
 def _reuse_deps(plan: Plan, core_buffers: list[int], life: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
     """Activation buffer -> earlier buffers of the core overlapping its addresses (dead
-    before it is first used), in order of first use. O(B^2) comparisons, as NumPy rows."""
+    before it is first used), in order of first use. O(B^2) comparisons, as NumPy blocks
+    of :data:`REUSE_ROWS` rows (a buffer dead before another's first use comes before it in
+    that order, so each row needs only the columns before it), plus O(pairs found)."""
     acts = sorted((b for b in core_buffers if b in life), key=lambda b: life[b][0])
     out: dict[int, list[int]] = {b: [] for b in acts}
     if not acts:
@@ -102,10 +109,16 @@ def _reuse_deps(plan: Plan, core_buffers: list[int], life: dict[int, tuple[int, 
     last = np.array([life[b][1] for b in acts], np.int64)
     lo = np.array([plan.buffers[b].offset for b in acts], np.int64)
     hi = lo + np.array([plan.buffers[b].nbytes for b in acts], np.int64)
-    for i, b in enumerate(acts):
-        if i:
-            hit = np.flatnonzero((last[:i] < first[i]) & (lo[:i] < hi[i]) & (lo[i] < hi[:i]))
-            out[b] = [acts[k] for k in hit.tolist()]
+    ids = np.array(acts, np.int64)
+    for s in range(0, len(acts), REUSE_ROWS):
+        e = min(len(acts), s + REUSE_ROWS)
+        rows, cols = np.nonzero((last[None, :e] < first[s:e, None]) & (lo[None, :e] < hi[s:e, None])
+                                & (lo[s:e, None] < hi[None, :e]))
+        if not rows.size:
+            continue
+        cut = np.flatnonzero(np.diff(rows)) + 1  # rows come sorted, each row's columns in order
+        for r, cs in zip(rows[np.r_[0, cut]].tolist(), np.split(ids[cols], cut), strict=True):
+            out[acts[s + r]] = cs.tolist()
     return out
 
 
@@ -199,7 +212,7 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
         kind = {"input": "input", "output": "output", "spill": "spill", "stage": "staging",
                 "staged": "staging"}[key[0]]
         region_id[key] = len(regions)
-        regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype.name, kind, name, per_chip))
+        regions.append(DramRegion(len(regions), ch, off, nbytes, tuple(shape), dtype_name(dtype), kind, name, per_chip))
     for ph in lg.inputs:  # an input nobody reads still has its region
         key = ("input", ph)
         if key not in region_id:
@@ -211,7 +224,8 @@ def emit(plan: Plan, lg: LoweredGraph, target: Target, task_ops: list[int | None
             regions.append(DramRegion(len(regions), ch, off, p.nbytes, p.shape, p.dtype.name, "input", p.name,
                                       per_chip))
 
-    buffers = [Buffer(b.id, b.core, b.offset, b.nbytes, b.shape, b.dtype.name, b.kind, b.name) for b in plan.buffers]
+    buffers = [Buffer(b.id, b.core, b.offset, b.nbytes, b.shape, dtype_name(b.dtype), b.kind, b.name)
+               for b in plan.buffers]
     weights = {}
     for b in plan.buffers:
         if b.kind == "weight":
@@ -248,8 +262,13 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
     dma_next = 0
     out: list = []
 
+    views: dict[int, tuple] = {}  # id(v) -> (v, its View): a box is read by its sender and receivers alike
+
     def view(v) -> View:
-        return View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3]))
+        hit = views.get(id(v))
+        if hit is None or hit[0] is not v:
+            hit = views[id(v)] = (v, View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3])))
+        return hit[1]
 
     # ancestors[i]: bitset of the instructions that happen before instruction i on this core
     # (its deps, the previous instruction of its engine, and theirs, transitively)
@@ -263,12 +282,15 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
         prev = last_on.get(unit) if unit is not None else None
         if prev is not None:
             covered = ancestors[prev] | 1 << prev
+        if not deps:
+            return (), covered
         keep = []
         for d in sorted(deps, reverse=True):  # an ancestor of d has a smaller index than d
             if not covered >> d & 1:
                 keep.append(d)
                 covered |= ancestors[d] | 1 << d
-        return tuple(sorted(keep)), covered
+        keep.reverse()
+        return tuple(keep), covered
 
     index_of: dict[int, int] = {}
     for ev in cp.events:

@@ -63,3 +63,42 @@ def test_loads_stay_within_the_greedy_bound():
         load[got[key]] += shape[0]
     biggest = max(s[0] for s, *_ in regions.values())
     assert load.max() - load.min() <= biggest * (1 + HOP_WEIGHT * (t.width + t.height))
+
+
+def _reuse_loop(plan, core_buffers, life):
+    """The pairs of ``_reuse_deps`` by the plain O(B^2) loop it replaced (the oracle)."""
+    acts = sorted((b for b in core_buffers if b in life), key=lambda b: life[b][0])
+    out = {b: [] for b in acts}
+    for i, b in enumerate(acts):
+        lo, hi = plan.buffers[b].offset, plan.buffers[b].offset + plan.buffers[b].nbytes
+        for a in acts[:i]:
+            a_lo, a_hi = plan.buffers[a].offset, plan.buffers[a].offset + plan.buffers[a].nbytes
+            if life[a][1] < life[b][0] and a_lo < hi and lo < a_hi:
+                out[b].append(a)
+    return out
+
+
+def test_reuse_dependencies_are_those_of_the_plain_loop(monkeypatch):
+    """Every activation buffer waits for exactly the earlier ones whose addresses it reuses,
+    in the plain loop's order, on random buffer sets: block edges (``REUSE_ROWS`` 7), ties
+    of first use, weights (no lifetime) among them, and no buffer at all."""
+    import corefold.backend.emit as emit
+
+    monkeypatch.setattr(emit, "REUSE_ROWS", 7)
+    rng = np.random.default_rng(0)
+    found = 0
+    for trial in range(60):
+        n = int(rng.integers(0, 40))
+        buffers = [SimpleNamespace(offset=int(rng.integers(0, 16)) * 64, nbytes=int(rng.integers(1, 300)))
+                   for _ in range(n)]
+        life = {}
+        for b in range(n):
+            if rng.random() < 0.85:  # else a weight: never in life
+                a = int(rng.integers(0, 30))
+                life[b] = (a, a + int(rng.integers(0, 6)))
+        plan = SimpleNamespace(buffers=buffers)
+        order = rng.permutation(n).tolist()
+        got = emit._reuse_deps(plan, order, life)
+        assert got == _reuse_loop(plan, order, life), trial
+        found += sum(map(len, got.values()))
+    assert found > 100  # the sets do reuse addresses

@@ -155,6 +155,7 @@ from corefold.backend.instructions import (  # noqa: F401  (re-exported: the exe
     Signal,
     View,
     Wait,
+    dtype_name,
     engine,
     instruction_kind,
     split_bytes,

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
+import numpy as np
+
 #: Alignment of every SRAM buffer offset and DRAM region offset, in bytes.
 ALIGNMENT = 64
 
@@ -99,6 +101,18 @@ class DramRegion:
         """``(channel, bytes)`` of a transfer of ``nbytes`` to or from this region: an equal
         share per channel (the remainder on the first). O(interleave)."""
         return list(zip(self.channels, split_bytes(nbytes, self.interleave), strict=True))
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, looked up: NumPy builds the name anew on every read (about 3 us),
+    and a lowering names the dtype of every buffer and operand of every trial. O(1)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
 
 
 def split_bytes(nbytes: int, parts: int) -> list[int]:

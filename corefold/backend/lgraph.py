@@ -40,7 +40,7 @@ from corefold.backend.boxes import (
     shift,
     sub_pieces,
 )
-from corefold.backend.executable import Op, QuantTensor
+from corefold.backend.executable import Op, QuantTensor, dtype_name
 from corefold.backend.tile import INTEGER_DOMAIN
 from corefold.cost import op_cost
 from corefold.errors import UnsupportedOpError
@@ -285,8 +285,8 @@ class _Builder:
             if v is not None and v.const is not None and quant is not None and quant.inputs[i] is not None:
                 self.phys[ins[i].pieces[0].phys].quant = quant.inputs[i]
         xop = Op(node.name, op, dict(node.attrs), tuple(o.shape if o is not None else None for o in ins),
-                 tuple(o.dtype.name if o is not None else None for o in ins),
-                 tuple(tuple(v.shape) for v in node.outputs), tuple(v.dtype.name for v in node.outputs),
+                 tuple(dtype_name(o.dtype) if o is not None else None for o in ins),
+                 tuple(tuple(v.shape) for v in node.outputs), tuple(dtype_name(v.dtype) for v in node.outputs),
                  c.unit, float(c.work), quant, act, act_work)
         task = Task(tid, node.name, xop, ins, outs, c.unit, float(c.compute_seconds) + act_s)
         task.control = sorted({t for p in node.control_preds for t in self._tasks_of(p)})

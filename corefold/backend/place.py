@@ -314,68 +314,87 @@ class _Clusterer:
         # the readers of many producers that already receive from as many cores as a core may
         full_readers = [self.fanin[r] for r in self.wide_readers[t.id] if len(self.fanin[r]) >= self.streams]
         unit_tls = self.unit_tl
-        self.rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
+        self.rejected = rejected = {"direction": 0, "SRAM": 0, "NoC buffers": 0}
+        # (the loop below reads these once per candidate: locals, not attributes)
+        packed = self.packed is not None
+        direction = self.acyclic and not packed
+        reach, consts, wsize, wsmax, wbytes = self.reach, self.consts, self.wsize, self.wsmax, self.wbytes
+        held_by, sources, free, ingress_of = self.held, self.sources, self.free, self.ingress
+        cap, grow, streams, link, lat = self.cap, 1 + self.headroom, self.streams, self.link, self.lat
+        insert, ingress_tl, dram_free, dram = self.insert, self.ingress_tl, self.dram_free, self.dram
+        unit, seconds = t.unit, t.seconds
+        tc_w = [(c, wsize[c]) for c in tc]
+        n_pred_groups = len(pred_groups)
+        n_by_bytes = len(by_bytes)
         for g in cands:
-            remote = len(by_bytes) - (g in by_bytes) > 0
-            rbytes = total_bytes - by_bytes.get(g, 0.0)
+            mine = by_bytes.get(g, 0.0)  # (held inputs are part of the working set)
+            remote = n_by_bytes - (g in by_bytes) > 0
+            rbytes = total_bytes - mine
             if g >= 0:
-                if self.acyclic and self.packed is None and self.reach[g] & pmask & ~(1 << g):
-                    self.rejected["direction"] += 1
+                if direction and reach[g] & pmask & ~(1 << g):
+                    rejected["direction"] += 1
                     continue  # g reaches a producer's group: a cycle
-                new_w = sum(self.wsize[c] for c in tc if c not in self.consts[g]) if tc else 0
-                mine = by_bytes.get(g, 0.0)  # held inputs are part of the working set
-                most = max(self.wsmax[g], ws)
-                crowded = new_w > 0 and self.wbytes[g] + new_w + (1 + self.headroom) * most > self.cap
-                held = 0 if self.packed is not None else max(0, self.held[g] - mine)
-                if self.wbytes[g] + new_w + most + held > self.cap:
-                    self.rejected["SRAM"] += 1
+                new_w = 0
+                if tc_w:
+                    cg = consts[g]
+                    for c, w in tc_w:
+                        if c not in cg:
+                            new_w += w
+                wsmax_g = wsmax[g]
+                most = wsmax_g if wsmax_g > ws else ws
+                wb = wbytes[g]
+                crowded = new_w > 0 and wb + new_w + grow * most > cap
+                held = 0 if packed else max(0, held_by[g] - mine)
+                if wb + new_w + most + held > cap:
+                    rejected["SRAM"] += 1
                     continue
-                if (self.packed is None and len(self.sources[g]) + len(pred_groups) > self.streams
-                        and len(self.sources[g] | (pred_groups - {g})) > self.streams):
-                    self.rejected["NoC buffers"] += 1
+                if (not packed and len(sources[g]) + n_pred_groups > streams
+                        and len(sources[g] | (pred_groups - {g})) > streams):
+                    rejected["NoC buffers"] += 1
                     continue
-                if self.packed is None and full_readers and any(g not in f for f in full_readers):
-                    self.rejected["NoC buffers"] += 1
+                if not packed and full_readers and any(g not in f for f in full_readers):
+                    rejected["NoC buffers"] += 1
                     continue  # a reader of many producers would receive from too many cores
-                ingress = self.ingress[g]
-                unit_free = min(self.free[g][t.unit])
-                dma_free = min(self.free[g]["dma"])
-                delta = new_w + max(0, ws - self.wsmax[g])
+                ingress = ingress_of[g]
+                units = free[g]
+                unit_free = min(units[unit])
+                dma_free = min(units["dma"])
+                delta = new_w + max(0, ws - wsmax_g)
             else:
-                if self.packed is None and len(pred_groups) > self.streams:
+                if not packed and n_pred_groups > streams:
                     continue
-                if self.packed is None and full_readers:
-                    self.rejected["NoC buffers"] += 1
+                if not packed and full_readers:
+                    rejected["NoC buffers"] += 1
                     continue
                 ingress = 0.0
                 unit_free = 0.0
                 dma_free = 0.0
-                delta = sum(self.wsize[c] for c in tc) + ws
+                delta = sum(w for _, w in tc_w) + ws
                 crowded = False
             # the core's one DMA engine loads the graph-input bands; local pieces are copied
             # by the engine Target.copy_unit names (float32 on the npu preset: a vector engine)
-            loaded = max(self.dram_free, dma_free) + in_bytes / self.dram if in_bytes else 0.0
+            loaded = max(dram_free, dma_free) + in_bytes / dram if in_bytes else 0.0
             ready = max(by_end[g], loaded) if g in by_end else loaded
             mine_copied = copied_by.get(g, 0.0)
             if mine_copied:
-                free = dma_free if copy_kind == "dma" else (min(self.free[g][copy_kind]) if g >= 0 else 0.0)
-                ready = max(ready, free) + mine_copied / copy_rate
+                copy_free = dma_free if copy_kind == "dma" else (min(free[g][copy_kind]) if g >= 0 else 0.0)
+                ready = max(ready, copy_free) + mine_copied / copy_rate
             if remote:
                 first = top[1][1] if top[0][0] == g else top[0][1]
-            if remote and self.insert:
-                arrive = (self.ingress_tl[g].fit(first, rbytes / self.link) if g >= 0 else first)
-                ready = max(ready, arrive + self.lat + rbytes / self.link)
-            elif remote:
-                ready = max(ready, max(first, ingress) + self.lat + rbytes / self.link)
-            if self.insert and g >= 0 and t.unit != "dma":
+                if insert:
+                    arrive = ingress_tl[g].fit(first, rbytes / link) if g >= 0 else first
+                    ready = max(ready, arrive + lat + rbytes / link)
+                else:
+                    ready = max(ready, max(first, ingress) + lat + rbytes / link)
+            if insert and g >= 0 and unit != "dma":
                 st = math.inf
-                for tl in unit_tls[g][t.unit]:
-                    f = tl.fit(ready, t.seconds)
+                for tl in unit_tls[g][unit]:
+                    f = tl.fit(ready, seconds)
                     if f < st:
                         st = f
             else:
                 st = max(ready, unit_free)
-            key = (crowded, st + t.seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
+            key = (crowded, st + seconds, 0 if g in pred_groups else 1, 1 if g < 0 else 0, g)
             if delta <= budget and (best is None or key < best[0]):
                 best = (key, g, st)
             if thrifty is None or (delta, key) < thrifty[0]:
