@@ -262,13 +262,8 @@ def _emit_core(plan: Plan, cp, core: Core, target: Target, region_id: dict, regi
     dma_next = 0
     out: list = []
 
-    views: dict[int, tuple] = {}  # id(v) -> (v, its View): a box is read by its sender and receivers alike
-
     def view(v) -> View:
-        hit = views.get(id(v))
-        if hit is None or hit[0] is not v:
-            hit = views[id(v)] = (v, View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3])))
-        return hit[1]
+        return View(v[0], tuple(v[1]), tuple(v[2]), tuple(v[3]))
 
     # ancestors[i]: bitset of the instructions that happen before instruction i on this core
     # (its deps, the previous instruction of its engine, and theirs, transitively)

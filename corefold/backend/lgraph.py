@@ -125,12 +125,16 @@ class Task:
 
 @dataclass
 class LoweredGraph:
-    """Tasks in a topological order, the physical tensors, and the graph's I/O."""
+    """Tasks in a topological order, the physical tensors, and the graph's I/O. Built once
+    (:func:`build`) and never changed after: what is derived from it (:func:`node_edges`,
+    :func:`input_bytes`, :func:`copied_bytes`) is kept in ``derived`` for every clustering
+    and trial of it, read-only."""
 
     tasks: list[Task]
     phys: list[Phys]
     inputs: list[int]
     outputs: list[tuple[str, Operand]]
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def consts_of(self, task: Task) -> list[int]:
         """The constants a task reads (its resident weights), without repeats."""
@@ -393,7 +397,15 @@ def build(graph: Graph, target: Target) -> LoweredGraph:
 
 def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
     """Per task: producer task -> bytes it reads from it (0 for an order only: a control
-    edge, or a read staged through DRAM). O(tasks + pieces)."""
+    edge, or a read staged through DRAM). Made once per lowered graph and shared by every
+    caller: read-only. O(tasks + pieces) the first time, O(1) after."""
+    out = lg.derived.get("node_edges")
+    if out is None:
+        out = lg.derived["node_edges"] = _node_edges(lg)
+    return out
+
+
+def _node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
     out: list[dict[int, float]] = []
     for t in lg.tasks:
         e: dict[int, float] = {}
@@ -415,7 +427,17 @@ def node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
 
 
 def input_bytes(lg: LoweredGraph, t: Task) -> float:
-    """Bytes ``t`` loads from DRAM: its pieces of graph inputs and of staged tensors. O(pieces)."""
+    """Bytes ``t`` loads from DRAM: its pieces of graph inputs and of staged tensors.
+    O(pieces) the first time for ``t``, O(1) after."""
+    memo = lg.derived.get("input_bytes")
+    if memo is None:
+        memo = lg.derived["input_bytes"] = [None] * len(lg.tasks)
+    if memo[t.id] is None:
+        memo[t.id] = _input_bytes(lg, t)
+    return memo[t.id]
+
+
+def _input_bytes(lg: LoweredGraph, t: Task) -> float:
     total = 0.0
     for o in t.inputs:
         if o is not None:
@@ -430,7 +452,17 @@ def copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     """Per producer task: the bytes of ``t``'s operands assembled from boxes of that
     producer's outputs (an operand that is not one box of one tensor is copied together on
     ``t``'s core from its local pieces, by the engine :meth:`Target.copy_unit` names for
-    its elements: :func:`~corefold.backend.place._copy_engine`). O(pieces)."""
+    its elements: :func:`~corefold.backend.place._copy_engine`). Shared by every caller:
+    read-only. O(pieces) the first time for ``t``, O(1) after."""
+    memo = lg.derived.get("copied_bytes")
+    if memo is None:
+        memo = lg.derived["copied_bytes"] = [None] * len(lg.tasks)
+    if memo[t.id] is None:
+        memo[t.id] = _copied_bytes(lg, t)
+    return memo[t.id]
+
+
+def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     out: dict[int, float] = {}
     for o in t.inputs:
         if o is None or o.whole_piece() is not None:
