@@ -35,7 +35,13 @@ simulates with ``corefold.sim.run_simulation``, and prints:
 Then int8 ResNet-50 (torchvision, random weights) on the ``npu-array`` preset (2x2 chips):
 its simulation wall time, goal <= 30 s.
 
-    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--preset strong] [--what-if] [--json out.json]
+Each row runs in a process of its own, forked from the warmed-up bench (:func:`apart`), as
+``corefold lower`` runs in a process of its own: in one process a lowering runs slower
+after the rows before it (the int8 EfficientNet-B0 lowered in 19.1-20.3 s first and in
+22.5-25.1 s after the float one, stop 51), so a row's time would depend on the rows before
+it. ``--in-process`` runs every row in the bench's own process, as before stop 51.
+
+    PYTHONPATH=$PWD python bench/backend.py [--models resnet18,squeezenet,...] [--skip-resnet50] [--preset strong] [--what-if] [--in-process] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,9 +50,11 @@ import argparse
 import json
 import math
 import os
+import pickle
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +92,43 @@ def model_paths(names: list[str], folder: Path) -> dict[str, Path]:
     for name in names:
         out[name] = light / LIGHT[name] if name in LIGHT else export_torchvision(name, folder)
     return out
+
+
+def apart(fn, *args):
+    """``fn(*args)`` in a forked child, its value pickled back (:mod:`bench/backend`'s
+    docstring: each row in a process of its own); in this process where ``fork`` is
+    missing. A child that fails raises RuntimeError here with its traceback. O(fn)."""
+    if not hasattr(os, "fork"):
+        return fn(*args)
+    fd, path = tempfile.mkstemp(prefix="corefold-bench-", suffix=".pkl")
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing it does returns past os._exit
+        code = 0
+        try:
+            out = ("value", fn(*args))
+        except BaseException as exc:  # noqa: BLE001 (every failure goes back to the bench)
+            out, code = ("error", "".join(traceback.format_exception(exc))), 1
+        try:
+            with open(path, "wb") as f:
+                pickle.dump(out, f)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    try:
+        with open(path, "rb") as f:
+            kind, value = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        raise RuntimeError(f"the row's process ended (wait status {status}) without a result") from None
+    finally:
+        os.unlink(path)
+    if kind == "error":
+        raise RuntimeError(f"in the row's process:\n{value}")
+    return value
 
 
 def machine_pace(n: int = 10**7, repeats: int = 2) -> float:
@@ -237,6 +282,23 @@ def measure(name: str, graph, target, quantize: bool, feeds, preset: str = "defa
     return row
 
 
+def _row(name: str, path: Path, target, quantize: bool, args, extras: bool = True) -> dict:
+    """One row: the model loaded (and quantized), lowered, simulated and checked
+    (:func:`measure`); with ``extras``, the naive mapping (unless ``--no-naive``) and the
+    ``--what-if`` latencies (the ResNet-50 row has neither)."""
+    from corefold.executor import random_inputs
+    from corefold.frontend.onnx import load_model
+
+    graph = load_model(path)
+    feeds = random_inputs(graph, seed=0)
+    if quantize:
+        quantized(graph)
+    row = measure(name, graph, target, quantize, feeds, args.preset, args.what_if and extras, args.workers)
+    if "error" not in row and extras and not args.no_naive:
+        row["naive_s"] = naive_latency(load_model(path), target, quantize)
+    return row
+
+
 def explain(sim, exe) -> str:
     """Where the run's time went: the three busiest resources during the run (busy / latency), the
     critical path (:mod:`corefold.sim.critical`) split into service time per instruction
@@ -299,11 +361,12 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for each lowering's independent trials (0: one per CPU; the executables are the "
                         "same for every N, only the lower time moves) (default 1)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every row in this process (default: each in a process of its own, forked after the "
+                        "warm-up, so that a row's lower s does not depend on the rows before it)")
     args = p.parse_args(argv)
 
     from corefold.backend.forks import worker_count
-    from corefold.executor import random_inputs
-    from corefold.frontend.onnx import load_model
     from corefold.target import load_target
 
     npu = load_target("npu")
@@ -313,29 +376,24 @@ def main(argv=None) -> int:
           "not in any row's lower s)", flush=True)
     print(f"machine pace: a pure-Python loop of 10^7 additions in {machine_pace():.2f} s (lower s scales with it)",
           flush=True)
+    print("rows: " + ("all in this process (--in-process)" if args.in_process else
+                      "each in a process of its own, forked after the warm-up (--in-process: all in this one)"),
+          flush=True)
     header = (f"{'model':<20}{'dtype':<8}{'lat us':>10}{'roof us':>10}{'lat/roof':>9} {'binds':<7}{'SRAM':>6}"
               f"{'mean':>6}{'cores':>6}{'lower s':>9}{'sim s':>8}{'err':>10}{'naive x':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         paths = model_paths(args.models.split(","), Path(tmp))
         print(header)
         print("-" * len(header))
+        run = (lambda fn, *a: fn(*a)) if args.in_process else apart
         for name, path in paths.items():
             for quantize in [d == "int8" for d in args.dtypes.split(",")]:
-                graph = load_model(path)
-                feeds = random_inputs(graph, seed=0)
-                if quantize:
-                    quantized(graph)
-                row = measure(name, graph, npu, quantize, feeds, args.preset, args.what_if, args.workers)
-                if "error" not in row and not args.no_naive:
-                    row["naive_s"] = naive_latency(load_model(path), npu, quantize)
+                row = run(_row, name, path, npu, quantize, args)
                 rows.append(row)
                 _print_row(row)
         if not args.skip_resnet50:
             path = export_torchvision("resnet50", Path(tmp))
-            graph = load_model(path)
-            feeds = random_inputs(graph, seed=0)
-            quantized(graph)
-            row = measure("resnet50", graph, load_target("npu-array"), True, feeds, args.preset, workers=args.workers)
+            row = run(_row, "resnet50", path, load_target("npu-array"), True, args, False)
             rows.append(row)
             _print_row(row)
             print(f"\nint8 ResNet-50 on npu-array: simulated in {row.get('sim_s', float('nan')):.1f} s wall "
