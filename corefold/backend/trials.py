@@ -13,6 +13,9 @@ decides, one trial at a time, each with what was kept before it:
 3. the further tilings, then the tiling knobs on the kept tiling (:func:`other_tilings`);
 4. the placement seeds (:func:`placement_seeds`).
 
+A trial whose tiling and clustering one before it had (:func:`trial_key`) is not run again:
+its result is the earlier one's, and a tie keeps the first, so it is never kept.
+
 Each trial costs steps 2-5 and a timed run (:func:`run_trial`: about 0.1 ms an emitted
 instruction), so ``LowerSettings.trial_tasks``, ``trial_knobs_tasks``,
 ``trial_pieces_tasks`` and ``trial_budget`` (instructions emitted, :data:`EMITTED`) bound
