@@ -429,11 +429,17 @@ def _node_edges(lg: LoweredGraph) -> list[dict[int, float]]:
 def input_bytes(lg: LoweredGraph, t: Task) -> float:
     """Bytes ``t`` loads from DRAM: its pieces of graph inputs and of staged tensors.
     O(pieces) the first time for ``t``, O(1) after."""
-    memo = lg.derived.get("input_bytes")
+    return _per_task(lg, "input_bytes", t, _input_bytes)
+
+
+def _per_task(lg: LoweredGraph, key: str, t: Task, make):
+    """``make(lg, t)``, made once per task of ``lg`` and kept in ``lg.derived[key]``. O(1)
+    after the first call for ``t``."""
+    memo = lg.derived.get(key)
     if memo is None:
-        memo = lg.derived["input_bytes"] = [None] * len(lg.tasks)
+        memo = lg.derived[key] = [None] * len(lg.tasks)
     if memo[t.id] is None:
-        memo[t.id] = _input_bytes(lg, t)
+        memo[t.id] = make(lg, t)
     return memo[t.id]
 
 
@@ -454,12 +460,7 @@ def copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
     ``t``'s core from its local pieces, by the engine :meth:`Target.copy_unit` names for
     its elements: :func:`~corefold.backend.place._copy_engine`). Shared by every caller:
     read-only. O(pieces) the first time for ``t``, O(1) after."""
-    memo = lg.derived.get("copied_bytes")
-    if memo is None:
-        memo = lg.derived["copied_bytes"] = [None] * len(lg.tasks)
-    if memo[t.id] is None:
-        memo[t.id] = _copied_bytes(lg, t)
-    return memo[t.id]
+    return _per_task(lg, "copied_bytes", t, _copied_bytes)
 
 
 def _copied_bytes(lg: LoweredGraph, t: Task) -> dict[int, float]:
