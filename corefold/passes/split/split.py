@@ -173,7 +173,7 @@ def constant_slice(graph: Graph, v: Value, axis: int, start: int, end: int) -> V
     (v, slice)``), so that they go with the graph: in a weak dictionary keyed by the graph,
     as before, each entry held its own key alive (a slice's uses lead back to the graph's
     nodes), and every tiled graph of every lowering stayed in memory until the process
-    ended (the bench's int8 EfficientNet-B0 lowered in 20.0 s first, 26.1 s after two others).
+    ended (about 190,000 objects per int8 SqueezeNet lowering, stop 51).
     """
     made = graph.caches.setdefault("constant_slices", {})
     key = (id(v), axis, start, end)
