@@ -77,7 +77,7 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
         try:
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
                             settings.bands[0], settings.input_pieces[0],
-                            settings.pack_slices if settings.pack_cores else 0), target)
+                            settings.pack_slices if settings.pack_cores else 0, settings.floor_pieces), target)
             _check_weights(lg, target)
             packed = None
             if settings.pack_cores:
@@ -126,9 +126,10 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
 
     Pieces cut for parallelism replicate weights and add buffers, so when a lowering with
     ``settings.pieces_per_core`` runs out of a resource, it is tried again with half of
-    them, a quarter, then none (only what does not fit a core is cut); the error is the
-    last attempt's. (Straight from 8 to 2 pieces per core, the int8 EfficientNet-B0, whose
-    8 overflow one core's instruction memory, ran 635 us instead of 439 at 4.) When every
+    them, a quarter, then none (only what does not fit a core is cut), halving
+    ``settings.floor_pieces`` with them; the error is the last attempt's. (Straight from 8
+    to 2 pieces per core, the int8 EfficientNet-B0, whose 8 overflow one core's instruction
+    memory, ran 635 us instead of 439 at 4.) When every
     try runs out of SRAM or cores, the tasks are packed onto cores by SRAM alone and tried
     again (``pack_cores``, :func:`~corefold.backend.pack.pack`); if that fails too, the
     unpacked tries' error is raised. Tile and cluster with nothing cut for parallelism run first: when they fail
@@ -163,6 +164,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError(f"trial_budget: >= 0, got {settings.trial_budget}")
     if settings.pack_apart < 0 or settings.pack_slices < 0:
         raise SettingsError(f"pack_apart, pack_slices: >= 0, got {settings.pack_apart}, {settings.pack_slices}")
+    if settings.floor_pieces < 1:
+        raise SettingsError(f"floor_pieces: >= 1, got {settings.floor_pieces}")
     if not all(p >= 0 for p in settings.trial_pieces):
         raise SettingsError(f"trial_pieces: each value >= 0, got {list(settings.trial_pieces)}")
     say = progress or _silent
@@ -185,7 +188,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
             if i:
                 say(f"again with {pieces:g} pieces per core")
             return _checked(_lower_once(graph, target, replace(settings, pieces_per_core=pieces if pieces >= 1
-                                                               else 0.0, **fewer), say), target)
+                                                               else 0.0, floor_pieces=max(1, settings.floor_pieces >> i),
+                                                               **fewer), say), target)
         except CompileError as exc:
             if i == len(tries) - 1:
                 return _packed(graph, target, settings, exc, say)

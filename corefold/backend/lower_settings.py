@@ -23,6 +23,14 @@ class LowerSettings:
         pieces_per_core: the tile step cuts every operator longer than the graph's work
             over ``cores x pieces_per_core`` into pieces (:mod:`corefold.backend.parallel`),
             so that the mesh has work; 0 cuts only what does not fit a core.
+        floor_pieces: with SRAM to spare (the weights within ``ROOMY_WEIGHTS`` or
+            ``ROOMY_WEIGHTLESS`` of all cores' SRAM), the tile step cuts a long operator into at
+            least this many pieces (at most a quarter of the cores), whatever ``pieces_per_core``
+            asks for (:func:`~corefold.backend.parallel.cut_for_parallelism`). ``lower``'s tries
+            with half and a quarter of the pieces per core halve it too: the light DenseNet-121
+            in int8 cut into 7557 tasks at any pieces per core, so that a core's program overflowed
+            its instruction memory at each try and only the last one, nothing cut, lowered (6482
+            us); with the floor halved it lowers at 4 pieces per core in 1328 us (stop 52).
         dram_interleave: stripe every DRAM region over all channels of its chip, as DRAM
             controllers interleave addresses, so that one transfer uses every channel's
             bandwidth (the clustering's cost model assumes it); False puts each region on
@@ -183,6 +191,7 @@ class LowerSettings:
     acyclic: bool = False
     spread: tuple[float, ...] = (2.5, 4.0)
     pieces_per_core: float = 8.0
+    floor_pieces: int = 16
     dram_interleave: bool = True
     headroom: tuple[float, ...] = (0.0, 0.5)
     trial_tasks: int = 1500

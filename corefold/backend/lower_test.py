@@ -1549,3 +1549,25 @@ def test_reserve_pieces_keeps_fresh_cores_for_each_pieces_weights_and_is_tried_a
     assert rep["reserve_pieces"] == min(tried, key=lambda vx: (vx[1], vx[0]))[0]
     single = lower(g, t, replace(lower_mod.DEFAULT, trial_pieces=(), reserve_pieces=(True,))).meta["order"]
     assert "reserve_pieces_tried" not in single and single["reserve_pieces"] is True
+
+
+def test_each_try_after_a_resource_ran_out_halves_the_pieces_per_core_and_their_floor(monkeypatch):
+    """``lower`` tries 8, 4, 2 and 0 pieces per core; with SRAM to spare the tile step cuts a
+    long operator into at least ``floor_pieces`` pieces whatever the pieces per core, so each
+    try halves that floor too (the light DenseNet-121 in int8 cut into the same 7557 tasks at
+    8, 4 and 2 pieces per core, each overflowing a core's instruction memory, and lowered
+    only with nothing cut: 6482 us, 1328 us at 4 pieces with the floor halved). The last
+    try's error is raised."""
+    import importlib
+
+    lower_mod = importlib.import_module("corefold.backend.lower")  # (the package's ``lower`` is the function)
+    tried = []
+
+    def refuse(graph, target, settings, say):
+        tried.append((settings.pieces_per_core, settings.floor_pieces))
+        raise CompileError("instruction memory", "core (0,0)", 2, 1, f"try {len(tried)}")
+
+    monkeypatch.setattr(lower_mod, "_lower_once", refuse)
+    with pytest.raises(CompileError, match="try 4"):
+        lower(_conv_chain(16, 16, 4), load_target("npu-2x2"))
+    assert tried == [(8.0, 16), (4.0, 8), (2.0, 4), (0.0, 2)]

@@ -130,7 +130,7 @@ MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE,
                         min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0,
-                        slices: int = 0) -> int:
+                        slices: int = 0, floor_pieces: int = FLOOR_PIECES) -> int:
     """Cut the operators of ``graph`` (in place, topologically sorted) as the module
     docstring says, row bands of at least ``min_rows`` rows; return how many were cut.
 
@@ -161,6 +161,11 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     not (:func:`~corefold.backend.pack.pack`; float ResNet-18, whose 3 x 3 convolutions on
     56 x 56 and 28 x 28 ran their bands on one or two cores: with the other packing rules
     1428.1 -> 837.9 us).
+
+    ``floor_pieces``: with SRAM to spare, a long operator is cut into at least this many
+    pieces (:data:`FLOOR_PIECES`; at most a quarter of the cores), whatever
+    ``pieces_per_core`` asks for; :func:`~corefold.backend.lower.lower` halves it with the
+    pieces per core when a lowering runs out of a resource.
 
     ``graph`` is the tile step's private copy: every operator already fits a core, and
     pieces, being smaller, fit too.
@@ -202,7 +207,7 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
             follow = None  # it reads its whole input anyway: its own cut
         k = math.ceil(seconds[node] / tau)
         if roomy or (roomy_weightless and _constant_bytes(node) <= WEIGHTLESS_BYTES):
-            k = max(k, min(cores // 4, FLOOR_PIECES, math.ceil(seconds[node] / MIN_PIECE_SECONDS)))
+            k = max(k, min(cores // 4, floor_pieces, math.ceil(seconds[node] / MIN_PIECE_SECONDS)))
         if input_pieces and any(v is not None and v.producer is None and not v.is_constant for v in node.inputs):
             k = max(k, input_pieces)
         if follow is None and k < 2:

@@ -734,3 +734,19 @@ def test_slices_cut_the_bands_of_a_heavy_conv_in_two_on_channels_and_keep_the_ou
             == [n.name for n in sliced.nodes if n.name.startswith("conv0")])
     feeds = random_inputs(g, 7)
     assert max_relative_error(run(g, feeds), run(sliced, feeds)) <= 1e-6
+
+
+@pytest.mark.parametrize("floor,pieces", [(16, 5), (2, 2)])
+def test_with_sram_to_spare_the_floor_of_pieces_bounds_the_short_pieces(floor, pieces):
+    """Eight convs of 4.1 us on 64 cores at a quarter of a piece per core: the share of the
+    work cuts each in 2; with SRAM to spare each is cut into pieces of about 1 us (5), up to
+    ``floor_pieces``, which :func:`~corefold.backend.lower.lower` halves with the pieces per
+    core on each try after a resource ran out. The outputs stay the graph's."""
+    g = _pointwise_chain(8)
+    t = small_target(width=8, height=8, sram_kib=1024, reserved_kib=4)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=0.25, floor_pieces=floor)
+    for i in range(8):
+        assert len([n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith(f"pw{i}_")]) == pieces, i
+    feeds = random_inputs(g, 7)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6

@@ -434,14 +434,16 @@ WEIGHT_PIECE = 0.25
 
 
 def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0,
-         min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0, slices: int = 0) -> Graph:
+         min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0, slices: int = 0,
+         floor_pieces: int | None = None) -> Graph:
     """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
     whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
     (so that resident weights pack into the cores around the activations), with
     ``pieces_per_core`` > 0 every long operator cut so that the mesh has work
     (:mod:`corefold.backend.parallel`, row bands of at least ``min_rows`` rows; ``bands``: its
     banded pointwise tiling; ``input_pieces``: the fewest pieces of a graph input's reader;
-    ``slices``: the weight slices of a band for cores packed by SRAM),
+    ``slices``: the weight slices of a band for cores packed by SRAM; ``floor_pieces``: the
+    fewest pieces of a long operator with SRAM to spare, None for the module's default),
     then every
     operator cut until it touches at most
     ``threshold`` bytes (default ``target.core_memory_threshold``; the split pass).
@@ -466,9 +468,10 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     cut_weights(g, int(WEIGHT_PIECE * target.sram_bytes))
     g.sort()
     if pieces_per_core > 0:
-        from corefold.backend.parallel import cut_for_parallelism
+        from corefold.backend.parallel import FLOOR_PIECES, cut_for_parallelism
 
-        cut_for_parallelism(g, target, pieces_per_core, min_rows, bands, input_pieces, slices)
+        cut_for_parallelism(g, target, pieces_per_core, min_rows, bands, input_pieces, slices,
+                            FLOOR_PIECES if floor_pieces is None else floor_pieces)
     try:
         split_graph(g, target, threshold, exact=exact)
     except CapacityError as exc:
