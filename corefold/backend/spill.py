@@ -94,7 +94,9 @@ def spill(plan: Plan, cp: CorePlan, avail: int, weights: int = 0, max_spills: in
         # each of its steps) clears one step per spill without lowering the worst
         total = int(excess[excess > 0].sum())
         if best_peak is None or over < best_peak or total < best_total:
-            best_peak, best_total, stalled = min(over, best_peak or over), min(total, best_total or total), 0
+            best_peak = over if best_peak is None else min(best_peak, over)
+            best_total = total if best_total is None else min(best_total, total)
+            stalled = 0
         else:
             stalled += 1
             if stalled > 8:
