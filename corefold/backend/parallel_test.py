@@ -3,7 +3,7 @@ import pytest
 
 from corefold.backend.executable import Compute
 from corefold.backend.lower import LowerSettings, lower
-from corefold.backend.parallel import ROOMY_WEIGHTLESS, ROOMY_WEIGHTS, cut_for_parallelism
+from corefold.backend.parallel import FLOOR_PIECES, ROOMY_WEIGHTLESS, ROOMY_WEIGHTS, cut_for_parallelism
 from corefold.backend.testing import max_relative_error, small_target
 from corefold.backend.tile import copy_graph
 from corefold.executor import random_inputs, run
@@ -750,3 +750,10 @@ def test_with_sram_to_spare_the_floor_of_pieces_bounds_the_short_pieces(floor, p
         assert len([n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith(f"pw{i}_")]) == pieces, i
     feeds = random_inputs(g, 7)
     assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
+
+
+def test_the_floor_of_pieces_has_one_default():
+    """``FLOOR_PIECES`` (the floor :func:`cut_for_parallelism` and ``tile`` use unless told)
+    and ``LowerSettings.floor_pieces`` (what ``lower`` passes) are the same number, so a
+    lowering and a direct cut agree."""
+    assert LowerSettings().floor_pieces == FLOOR_PIECES == 16
