@@ -1,6 +1,7 @@
 """``corefold compile``: ONNX in, a simulated build out, as one pipeline of named passes.
 
-    import -> quantize (with calibration data) -> split -> serial (M1: compile, split on
+    import -> fold (BatchNormalization into convolutions) or quantize (with calibration
+    data; it folds first) -> split -> serial (M1: compile, split on
     failure, fuse; every compile is ``backend.lower``: tile, place, order, plan SRAM,
     route, emit) -> link -> simulate -> build/
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from corefold.errors import CompileError, CorefoldError
 from corefold.ir import Graph
+from corefold.passes.fold import FoldPass
 from corefold.passes.serial import SerialResult, SerialSettings, compare_strategies
 from corefold.passes.serial.partition import SerialPass
 from corefold.pipeline import CompileContext, Equivalence, PassResult, Pipeline
@@ -350,7 +352,9 @@ def _partition(graph: Graph, target: Target, ctx: CompileContext, memo: dict) ->
 
 def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
     if calib is not None:
-        Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)
+        Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)  # (folds, with its fold_batchnorm)
+    else:
+        Pipeline([FoldPass()]).run(graph, ctx)
     graph = _partition(graph, target, ctx, memo)
     res: SerialResult = ctx.data["serial"]
     executables = list(res.outcomes)

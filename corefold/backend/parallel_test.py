@@ -3,7 +3,12 @@ import pytest
 
 from corefold.backend.executable import Compute
 from corefold.backend.lower import LowerSettings, lower
-from corefold.backend.parallel import FLOOR_PIECES, ROOMY_WEIGHTLESS, ROOMY_WEIGHTS, cut_for_parallelism
+from corefold.backend.parallel import (
+    FLOOR_PIECES,
+    ROOMY_WEIGHTLESS,
+    ROOMY_WEIGHTS,
+    cut_for_parallelism,
+)
 from corefold.backend.testing import max_relative_error, small_target
 from corefold.backend.tile import copy_graph
 from corefold.executor import random_inputs, run

@@ -4,7 +4,11 @@
    :func:`~corefold.backend.qdq.drop_identities` then removes what computes its input unchanged: a Dropout at
    inference whose mask nobody reads, an Identity, and in a QDQ model a QuantizeLinear of
    a DequantizeLinear with the same scale, zero point and type (ONNX Runtime's
-   ``EliminateDropout``, ``EliminateIdentity`` and ``DoubleQDQPairsRemover``).
+   ``EliminateDropout``, ``EliminateIdentity`` and ``DoubleQDQPairsRemover``). In a float
+   model, :func:`~corefold.passes.fold.fold_batchnorm` folds into each convolution the
+   BatchNormalization and per-channel Mul, Add, Sub or Div after it (its ``ConvBNFusion``,
+   ``ConvMulFusion`` and ``ConvAddFusion``; a QDQ model is folded by the quantizer, before
+   calibrating).
 2. :func:`~corefold.backend.qdq.dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
    DequantizeLinear of the moved integer weights; then, in quantized QDQ models only,
    :func:`fuse_integer`: every pattern ``DequantizeLinear ->
@@ -48,6 +52,7 @@ from corefold.backend.qdq import (
 )
 from corefold.errors import CapacityError, CompileError, InternalError
 from corefold.ir import Graph, Node, Value
+from corefold.passes.fold import fold_batchnorm
 from corefold.passes.split import split_graph
 from corefold.passes.split.rows import bands_to_fit, cut_rows
 from corefold.passes.split.rules import candidate_axes
@@ -455,6 +460,10 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     if threshold is None:
         threshold = target.core_memory_threshold
     drop_identities(g)
+    if not is_quantized(g):
+        # NOTE: a float model only: in a QDQ model the fold would move the float values a
+        # QuantizeLinear rounds, and the executable must match the integer runner exactly
+        fold_batchnorm(g)
     dequantize_after_moves(g)
     exact = holds_quantization(g)  # before the fusion takes the QuantizeLinear nodes
     if is_quantized(g):

@@ -476,3 +476,50 @@ def test_an_integer_concat_of_its_own_scale_is_a_view_and_one_that_rescales_stay
     for k, v in want.items():
         np.testing.assert_array_equal(got[k], v)
     assert any(np.any(v != 0) for v in want.values())
+
+
+def _conv_bn_text(rng) -> str:
+    """x -> Conv 3x3 (8 -> 16 channels, no bias) -> BatchNormalization -> Mul -> Add -> Relu
+    -> y, the pattern of the onnx package's Inception v2, with seeded constants."""
+    import json
+
+    f = lambda a: json.dumps([round(float(v), 4) for v in np.ravel(a)])  # noqa: E731
+    w = rng.standard_normal((16, 8, 3, 3)) * 0.3
+    s, b, m = (rng.standard_normal(16) for _ in range(3))
+    v = rng.uniform(0.5, 2.0, 16)
+    k, d = rng.uniform(0.5, 2.0, (16, 1, 1)), rng.standard_normal((16, 1, 1))
+    return f"""graph convbn opset 21
+input x: float32[1, 8, 16, 16]
+const w: float32[16, 8, 3, 3] = {f(w)}
+const s: float32[16] = {f(s)}
+const b: float32[16] = {f(b)}
+const m: float32[16] = {f(m)}
+const v: float32[16] = {f(v)}
+const k: float32[16, 1, 1] = {f(k)}
+const d: float32[16, 1, 1] = {f(d)}
+node conv = Conv(x, w) attrs {{"pads": [1, 1, 1, 1]}} -> (c: float32[1, 16, 16, 16])
+node bn = BatchNormalization(c, s, b, m, v) -> (n: float32[1, 16, 16, 16])
+node mul = Mul(n, k) -> (p: float32[1, 16, 16, 16])
+node add = Add(p, d) -> (q: float32[1, 16, 16, 16])
+node relu = Relu(q) -> (y: float32[1, 16, 16, 16])
+output y
+"""
+
+
+def test_a_float_conv_and_the_normalisation_after_it_run_as_one_operator():
+    """The tile step folds Conv -> BatchNormalization -> Mul -> Add into the Conv (the Relu
+    then fuses into it too): the cores run convolution pieces only, and the simulation
+    computes what the graph does within float32 rounding (1e-5 of the output's scale, as
+    every float lowering). The caller's graph keeps its nodes."""
+    from corefold.ir import parse
+
+    g = parse(_conv_bn_text(np.random.default_rng(0)))
+    target = load_target("npu-2x2")
+    exe = lower(g, target)
+    check_executable(exe, target)
+    assert {exe.ops[ins.op].op_type for p in exe.programs for ins in p.instructions
+            if isinstance(ins, Compute)} == {"Conv"}
+    assert [n.op_type for n in g.nodes] == ["Conv", "BatchNormalization", "Mul", "Add", "Relu"]
+    feeds = random_inputs(g, 0)
+    want, got = run(g, feeds)["y"], run_executable(exe, feeds)["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

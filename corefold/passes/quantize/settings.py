@@ -62,6 +62,13 @@ class QuantizeSettings:
             singular or nearly and GPTQ fits the calibration samples rather than the layer
             (GPT-2 with 4 samples of 16 tokens: 64 rows for 64 columns, 0.15 dB lower output
             SQNR than nearest rounding on held-out samples).
+        fold_batchnorm: before calibrating, fold into each float convolution the
+            BatchNormalization and per-channel Mul, Add, Sub or Div after it
+            (:func:`corefold.passes.fold.fold_batchnorm`, as ONNX Runtime's quantization
+            pre-processing does): one quantized convolution instead of a convolution whose
+            output is rounded, then a normalisation rounded again. The onnx package's
+            Inception v2 (69 such convolutions, 207 nodes folded) lowers on the 8x8 ``npu`` in
+            230.6 us instead of 367.0.
     """
 
     bits: int = 8
@@ -81,17 +88,19 @@ class QuantizeSettings:
     weight_rounding: Literal["gptq", "nearest"] = "gptq"
     output_grid: bool = True
     gptq_rows_per_column: float = 1.0
+    fold_batchnorm: bool = True
 
     #: fast: min/max on at most 32 batches, nearest rounding; strong: default plus 16-bit
     #: raising to 40 dB; seed: the seed's literal rule (SPEC M5): min/max calibration,
     #: per-tensor scales, unsigned iff min >= 0 else symmetric, conv + ReLU/Clip fusion only,
-    #: no GPTQ, no MSE clipping, no softmax clipping, no mixed precision
+    #: no GPTQ, no MSE clipping, no softmax clipping, no mixed precision, no folding
     PRESETS: ClassVar[dict[str, dict]] = {
         "fast": {"calibration": "minmax", "max_batches": 32, "weight_rounding": "nearest"},
         "default": {},
         "strong": {"target_sqnr_db": 40.0},
         "seed": {"calibration": "minmax", "per_channel": False, "weight_rounding": "nearest",
-                 "fuse_activations": False, "softmax_margin": None, "target_sqnr_db": None},
+                 "fuse_activations": False, "softmax_margin": None, "target_sqnr_db": None,
+                 "fold_batchnorm": False},
     }
 
     @property

@@ -1,0 +1,189 @@
+"""The BatchNormalization fold: outputs before and after (executor and ONNX Runtime), what
+folds and what must not. Tolerance: the fold multiplies the weights by the normalisation's
+scale before the convolution sums, not after, so each output moves by float32 rounding of a
+few sums (observed up to 3e-7 of the output's scale); 1e-5 leaves room for any BLAS kernel."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from corefold.executor import random_inputs, run
+from corefold.frontend.onnx import from_onnx, load_model
+from corefold.frontend.onnx.check import ort_run
+from corefold.frontend.onnx.exporter import to_onnx
+from corefold.passes.fold import FoldPass, fold_batchnorm
+from corefold.pipeline import CompileContext, Pipeline
+
+RTOL = 1e-5
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def _close(want: dict, got: dict) -> float:
+    """Largest |got - want| over the outputs, relative to each output's largest magnitude."""
+    return max(float(np.abs(got[k] - w).max()) / (float(np.abs(w).max()) or 1.0) for k, w in want.items())
+
+
+def _model(tail: list[tuple[str, dict]], bias: bool = True, consumers: int = 1, seed: int = 0,
+           outputs: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """x (1, 3, 8, 8) -> Conv 3x3 to 6 channels [-> each op of ``tail``] -> Relu -> y, with
+    seeded random constants. ``tail``: (op, spec) with spec ``{"const": shape, "first": bool}``
+    for a binary op (the constant first when ``first``), ``{"training_mode": 1}`` or {} for
+    a BatchNormalization. ``consumers`` 2: the Conv's output is also read by a Sigmoid (a
+    second output). ``outputs``: further graph outputs, by value name."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w")]
+    conv_in = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b"))
+        conv_in.append("b")
+    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[1, 1, 1, 1], name="conv")]
+    prev = "c"
+    for i, (op, spec) in enumerate(tail):
+        out = f"t{i}"
+        if op == "BatchNormalization":
+            names = [f"bn{i}_{k}" for k in ("scale", "bias", "mean", "var")]
+            vals = [rng.standard_normal(6), rng.standard_normal(6), rng.standard_normal(6), rng.uniform(0.5, 2, 6)]
+            inits += [numpy_helper.from_array(v.astype(np.float32), n) for n, v in zip(names, vals, strict=True)]
+            nodes.append(helper.make_node(op, [prev, *names], [out], epsilon=1e-3, name=f"bn{i}",
+                                          **({"training_mode": 1} if spec.get("training_mode") else {})))
+        else:
+            c = rng.uniform(0.5, 2.0, spec["const"]).astype(np.float32)
+            inits.append(numpy_helper.from_array(c, f"k{i}"))
+            ins = [f"k{i}", prev] if spec.get("first") else [prev, f"k{i}"]
+            nodes.append(helper.make_node(op, ins, [out], name=f"{op.lower()}{i}"))
+        prev = out
+    nodes.append(helper.make_node("Relu", [prev], ["y"], name="relu"))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if consumers == 2:
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"))
+        outs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, None))
+    outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])], outs,
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+
+
+@pytest.mark.parametrize("tail,bias,folded", [
+    ([("BatchNormalization", {})], True, 1),
+    ([("BatchNormalization", {})], False, 1),
+    # the onnx package's Inception v2 and DenseNet-121: Conv -> BN -> Mul -> Add -> Relu
+    ([("BatchNormalization", {}), ("Mul", {"const": (6, 1, 1)}), ("Add", {"const": (6, 1, 1)})], False, 3),
+    ([("Mul", {"const": (1, 6, 1, 1), "first": True}), ("Sub", {"const": ()}), ("Div", {"const": (1,)})], True, 3),
+    ([("Add", {"const": (6, 1, 1), "first": True}), ("BatchNormalization", {})], True, 2),
+])
+def test_a_chain_of_per_channel_affine_nodes_folds_into_the_conv(tail, bias, folded):
+    model = _model(tail, bias)
+    g = from_onnx(model)
+    feeds = random_inputs(g, seed=3)
+    want = run(g, feeds)
+    assert fold_batchnorm(g) == folded
+    assert [n.op_type for n in g.nodes] == ["Conv", "Relu"]
+    assert _close(want, run(g, feeds)) <= RTOL
+    # the folded model loads in ONNX Runtime and computes what the original does there
+    assert _close(ort_run(model, feeds), ort_run(to_onnx(g), feeds)) <= RTOL
+    assert [v.name for v in g.outputs] == ["y"]
+
+
+@pytest.mark.parametrize("tail,kwargs,left", [
+    ([("BatchNormalization", {})], {"consumers": 2}, ["Conv", "BatchNormalization", "Relu", "Sigmoid"]),
+    ([("Mul", {"const": (1, 6, 8, 8)})], {}, ["Conv", "Mul", "Relu"]),  # not per channel
+    ([("Sub", {"const": (6, 1, 1), "first": True})], {}, ["Conv", "Sub", "Relu"]),  # k - x
+    ([("Div", {"const": (6, 1, 1), "first": True})], {}, ["Conv", "Div", "Relu"]),  # k / x
+    ([("Add", {"const": (6, 8, 1)})], {}, ["Conv", "Add", "Relu"]),
+    # a graph output keeps its name: the chain stops before the node that makes it
+    ([("BatchNormalization", {}), ("Mul", {"const": (6, 1, 1)})], {"outputs": ("t0",)},
+     ["Conv", "BatchNormalization", "Mul", "Relu"]),
+    ([("Mul", {"const": (6, 1, 1)}), ("BatchNormalization", {})], {"outputs": ("t1",)},
+     ["Conv", "BatchNormalization", "Relu"]),
+])
+def test_what_is_not_a_per_channel_affine_of_the_conv_alone_stays(tail, kwargs, left):
+    g = from_onnx(_model(tail, **kwargs))
+    feeds = random_inputs(g, seed=3)
+    want = run(g, feeds)
+    fold_batchnorm(g)
+    assert [n.op_type for n in g.nodes] == left
+    assert sorted(want) == sorted(v.name for v in g.outputs)
+    assert _close(want, run(g, feeds)) <= RTOL
+
+
+def test_a_normalisation_in_training_mode_stays():
+    g = from_onnx(_model([("BatchNormalization", {"training_mode": 1})]))
+    assert fold_batchnorm(g) == 0 and len(g.nodes) == 3
+
+
+def test_a_weight_another_node_reads_is_not_changed_for_it():
+    """Two convolutions share one weight; only one has a normalisation after it."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((4, 2, 1, 1)).astype(np.float32)
+    bn = [rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal(4), rng.uniform(0.5, 2, 4)]
+    inits = [numpy_helper.from_array(w, "w")] + [numpy_helper.from_array(v.astype(np.float32), n)
+                                                 for n, v in zip("sbmv", bn, strict=True)]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"]), helper.make_node("Conv", ["x", "w"], ["c2"]),
+             helper.make_node("BatchNormalization", ["c1", "s", "b", "m", "v"], ["n1"]),
+             helper.make_node("Relu", ["n1"], ["y1"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y1", "c2")], inits),
+        opset_imports=[helper.make_opsetid("", 15)])
+    g = from_onnx(model)
+    feeds = random_inputs(g, seed=0)
+    want = run(g, feeds)
+    assert fold_batchnorm(g) == 1
+    assert np.array_equal(g.node(g.nodes[1].name).inputs[1].const, w)
+    assert _close(want, run(g, feeds)) <= RTOL
+
+
+def _randomised(graph, seed: int = 0) -> None:
+    """The light models' constants are all 0.02: every float constant of more than one
+    element becomes seeded noise (a variance stays positive), so that a wrong fold shows."""
+    rng = np.random.default_rng(seed)
+    for v in list(graph.values()):
+        if v.const is not None and v.const.dtype == np.float32 and v.const.size > 1:
+            data = rng.standard_normal(v.const.shape).astype(np.float32) * 0.1
+            if any(u.node.op_type == "BatchNormalization" and u.index == 4 for u in v.uses()):
+                data = np.abs(data) + 0.5
+            v.set_const(data)
+
+
+@pytest.mark.parametrize("name,folded", [("shufflenet", 49), ("inception_v2", 207)])
+def test_the_onnx_packages_real_models_fold_with_the_same_outputs(name, folded):
+    """Models no one here wrote (Caffe2 exports shipped by the onnx package): every
+    Conv -> BatchNormalization (-> Mul -> Add) chain folds, the logits stay."""
+    g = load_model(LIGHT / f"light_{name}.onnx")
+    _randomised(g)
+    g.outputs = [g.nodes[-1].inputs[0]]  # the logits: the Softmax of random weights saturates
+    feeds = random_inputs(g, seed=0)
+    want = run(g, feeds)
+    ctx = CompileContext()
+    Pipeline([FoldPass()]).run(g, ctx)
+    assert ctx.reports[-1] == ("fold", {"folded": folded})
+    assert not any(n.op_type == "BatchNormalization" for n in g.nodes)
+    assert _close(want, run(g, feeds)) <= RTOL
+
+
+@pytest.mark.parametrize("preset,folded", [("default", 3), ("seed", 0)])
+def test_the_quantizer_folds_before_calibrating_unless_the_seeds_rule_is_asked(tmp_path, preset, folded):
+    """M5 folds the chain first (``fold_batchnorm``; not in the seed's literal preset): the
+    QDQ model has one quantized Conv, loads in ONNX Runtime, and stays near the float one."""
+    from corefold.frontend.onnx.check import ort_session
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.settings import preset as settings_preset
+
+    tail = [("BatchNormalization", {}), ("Mul", {"const": (6, 1, 1)}), ("Add", {"const": (6, 1, 1)})]
+    model = _model(tail, bias=False)
+    g = from_onnx(model)
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((16, 3, 8, 8)).astype(np.float32))
+    res = quantize_graph(g, load_calibration(tmp_path / "calib.npz", g), settings_preset(QuantizeSettings, preset),
+                         progress=False)
+    assert res.report["folded"] == folded
+    ops = [n.op_type for n in g.nodes]
+    assert ("BatchNormalization" in ops) == (folded == 0) and ops.count("Conv") == 1
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = ort_session(to_onnx(g), qdq_exact=True).run(None, {"x": x})[0]
+    want = ort_run(model, {"x": x})["y"]
+    sqnr = 10 * np.log10(np.sum(want.astype(np.float64) ** 2) / np.sum((got - want).astype(np.float64) ** 2))
+    assert sqnr > 25
