@@ -762,3 +762,29 @@ def test_the_floor_of_pieces_has_one_default():
     and ``LowerSettings.floor_pieces`` (what ``lower`` passes) are the same number, so a
     lowering and a direct cut agree."""
     assert LowerSettings().floor_pieces == FLOOR_PIECES == 16
+
+
+def test_a_grouped_pointwise_conv_with_too_few_rows_is_cut_into_its_groups():
+    """ShuffleNet's pattern: a 3 x 3 convolution cut into row bands, then a 1 x 1
+    convolution of four groups on a 7 x 7 map whose weights outweigh its input: too few rows
+    for its time, so it takes a channel cut, which for a grouped convolution is whole groups
+    (until stop 53 it found no channel axis and ran as one piece). The outputs stay."""
+    rng = np.random.default_rng(4)
+    g = Graph("grouped")
+    x = g.add_input("x", (1, 64, 7, 7), "float32")
+    w0 = g.add_constant("w0", (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32))
+    c0 = g.make_node("Conv", [x, w0], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, name="c0")
+    infer_node(c0)
+    w1 = g.add_constant("w1", (rng.standard_normal((512, 16, 1, 1)) / 4).astype(np.float32))
+    c1 = g.make_node("Conv", [c0.outputs[0], w1], {"kernel_shape": [1, 1], "group": 4}, name="gc")
+    infer_node(c1)
+    g.outputs = [c1.outputs[0]]
+    t = small_target(width=8, height=8, sram_kib=1024, reserved_kib=4)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=8.0)
+    rows = [n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("c0")]
+    pieces = [n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("gc")]
+    assert len(rows) >= 2 and len(pieces) == 4
+    assert all(n.attrs.get("group", 1) == 1 and n.inputs[1].shape == (128, 16, 1, 1) for n in pieces)
+    feeds = random_inputs(g, 7)
+    assert max_relative_error(run(g, feeds), run(cut, feeds)) <= 1e-6
