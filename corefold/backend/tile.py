@@ -7,8 +7,8 @@
    ``EliminateDropout``, ``EliminateIdentity`` and ``DoubleQDQPairsRemover``). In a float
    model, :func:`~corefold.passes.fold.fold_batchnorm` folds into each convolution the
    BatchNormalization and per-channel Mul, Add, Sub or Div after it (its ``ConvBNFusion``,
-   ``ConvMulFusion`` and ``ConvAddFusion``; a QDQ model is folded by the quantizer, before
-   calibrating).
+   ``ConvMulFusion`` and ``ConvAddFusion``), and into each BatchNormalization the Mul, Add,
+   Sub or Div after it (a QDQ model is folded by the quantizer, before calibrating).
 2. :func:`~corefold.backend.qdq.dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
    DequantizeLinear of the moved integer weights; then, in quantized QDQ models only,
    :func:`fuse_integer`: every pattern ``DequantizeLinear ->

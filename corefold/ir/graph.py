@@ -131,6 +131,23 @@ class Graph:
             u.node.replace_input(u.index, new)
         self.outputs = [new if v is old else v for v in self.outputs]
 
+    def rename_value(self, value: Value, name: str) -> None:
+        """Call ``value`` (a node output or graph input of this graph) ``name``, a name no
+        value or node of this graph uses (a rewrite that replaces the nodes making a graph
+        output keeps the output's name so).
+
+        Raises:
+            ValueError: ``name`` is taken, or ``value`` is a constant (constants are keyed by
+                name).
+        """
+        if name == value.name:
+            return
+        if value.is_constant:
+            raise ValueError(f"cannot rename constant '{value.name}'")
+        self._claim(name)
+        self._names.discard(value.name)
+        value.name = name
+
     def has_name(self, name: str) -> bool:
         """Whether a value or node of this graph is called ``name``."""
         return name in self._names

@@ -57,6 +57,20 @@ def test_remove_node_with_live_uses_raises():
         g.remove_node(g.node("relu"))
 
 
+def test_a_value_is_renamed_to_a_free_name_only():
+    g = parse(TINY)
+    h = g.value("h")
+    with pytest.raises(ValueError, match="already used"):
+        g.rename_value(h, "y")
+    with pytest.raises(ValueError, match="constant"):
+        g.rename_value(g.value("w"), "w2")
+    g.rename_value(h, "hidden")
+    assert g.value("hidden") is h and not g.has_name("h") and g.node("add").inputs[0].name == "hidden"
+    g.rename_value(g.value("z"), "h")  # the freed name, on a graph output
+    assert [v.name for v in g.outputs] == ["h"]
+    verify(g)
+
+
 def test_verify_catches_stale_use_and_cycle():
     g = parse(TINY)
     g.value("h")._uses.clear()

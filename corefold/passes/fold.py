@@ -1,22 +1,30 @@
-"""Fold an inference BatchNormalization into the convolution before it.
+"""Fold an inference BatchNormalization, and the per-channel scales and shifts after it, into
+the convolution before it.
 
 ``Conv(x, W, B) -> BatchNormalization(scale, bias, mean, var, epsilon)`` computes, per output
 channel ``c``, ``s[c] * (conv(x, W)[c] + B[c] - mean[c]) + bias[c]`` with ``s = scale /
 sqrt(var + epsilon)``: the same as one convolution with weights ``W[c] * s[c]`` and bias
-``(B[c] - mean[c]) * s[c] + bias[c]``. Exporters from Caffe2 and older PyTorch leave the two
-apart (the onnx package's ShuffleNet and Inception v2: 49 and 69 of them); ONNX Runtime folds
-them when it loads a model (its ``ConvBNFusion``), and its quantization pre-processing does so
-before calibrating. Folded, the chip runs one matrix operator instead of a matrix and a vector
-operator with a buffer between them, and a quantizer sees one output range instead of two.
+``(B[c] - mean[c]) * s[c] + bias[c]``. So does any chain of nodes that each compute ``k * x
++ d`` per channel (a BatchNormalization in inference mode; a Mul, Add, Sub or Div by a
+constant that broadcasts along the channels alone, Sub and Div with ``x`` first), each the
+only reader of the one before. Exporters from Caffe2 and older PyTorch leave them apart (the
+onnx package's ShuffleNet: 49 Conv -> BatchNormalization pairs; Inception v2 69 chains
+``Conv -> BatchNormalization -> Mul -> Add``; DenseNet-121 59 of those and 62
+``BatchNormalization -> Mul -> Add`` on concatenated features, whose Mul and Add fold into the
+normalisation's scale and bias); ONNX Runtime folds them when it loads a model (its
+``ConvBNFusion``, ``ConvMulFusion``, ``ConvAddFusion``), and its quantization
+pre-processing does so before calibrating. Folded, the chip runs one operator instead of a
+matrix operator and up to three vector operators with buffers between them, and a quantizer
+sees one output range instead of several.
 
-The new constants are computed in float64 and stored in the convolution's dtype, so the
-outputs change by rounding alone (a few units in the last place of float32 per element:
-the fold reassociates the products; the pass is :data:`EQUIVALENCE`-close).
+The new constants are computed in float64 and stored in the head's dtype, so the outputs
+change by rounding alone (a few units in the last place of float32 per element: the fold
+reassociates the products; the pass is :data:`EQUIVALENCE`-close).
 
-Folded only when the convolution's weights (and bias, if any) and the normalisation's four
-inputs are constants of one float dtype, the convolution's output feeds the normalisation
-alone and is not a graph output, and the normalisation is in inference mode (one output).
-Every other pair is left as it is. O(weights) time and memory.
+The head is a Conv of constant float weights (and bias), or an inference BatchNormalization
+of constant float parameters; the chain stops at a value that a graph output or two readers
+take (a chain that ends in a graph output folds, and the head's output takes its name).
+Everything else is left as it is. O(nodes + weights) time and memory.
 """
 
 from __future__ import annotations
@@ -72,19 +80,17 @@ def _affine(node: Node, x, channels: int, rank: int, dtype) -> tuple[np.ndarray,
     return {"Mul": (c, zero), "Add": (one, c), "Sub": (one, -c), "Div": (1.0 / c, zero)}[node.op_type]
 
 
-def _chain(conv: Node) -> tuple[list[Node], np.ndarray, np.ndarray]:
-    """The per-channel affine nodes (:func:`_affine`) that follow ``conv`` one after another,
-    each the only reader of the one before, none before the last a graph output, with the
-    combined ``(k, d)``: the chain computes ``k * conv(x) + d``. O(chain * C)."""
-    w = conv.inputs[1].const
-    channels, rank = w.shape[0], w.ndim
+def _chain(head: Node, channels: int, rank: int, dtype) -> tuple[list[Node], np.ndarray, np.ndarray]:
+    """The per-channel affine nodes (:func:`_affine`) that follow ``head`` one after another,
+    each the only reader of the one before, none a graph output but possibly the last, with
+    the combined ``(k, d)``: the chain computes ``k * head(x) + d``. O(chain * C)."""
     k, d = np.ones(channels), np.zeros(channels)
     chain: list[Node] = []
-    x = conv.outputs[0]
-    outputs = set(conv.graph.outputs)
+    x = head.outputs[0]
+    outputs = set(head.graph.outputs)
     while x not in outputs and len(x.uses()) == 1:
-        step = _affine(x.uses()[0].node, x, channels, rank, w.dtype)
-        if step is None or x.uses()[0].node.outputs[0] in outputs:
+        step = _affine(x.uses()[0].node, x, channels, rank, dtype)
+        if step is None:
             break
         k, d = step[0] * k, step[0] * d + step[1]
         chain.append(x.uses()[0].node)
@@ -92,44 +98,82 @@ def _chain(conv: Node) -> tuple[list[Node], np.ndarray, np.ndarray]:
     return chain, k, d
 
 
-def _foldable_conv(conv: Node) -> bool:
-    """A Conv of constant float weights (and bias), one output. O(1)."""
-    ins = conv.inputs
-    if conv.op_type != "Conv" or conv.domain or len(conv.outputs) != 1 or conv.graph is None:
-        return False
-    if ins[1] is None or not ins[1].is_constant or ins[1].const.dtype.kind != "f":
-        return False
-    bias = ins[2] if len(ins) > 2 else None
-    return bias is None or (bias.is_constant and bias.const.dtype == ins[1].const.dtype)
+def _head(node: Node) -> tuple[int, int, np.dtype] | None:
+    """``(channels, rank, dtype)`` of the output of ``node`` when a chain may fold into it: a
+    Conv of constant float weights (and bias), or an inference BatchNormalization of constant
+    float parameters (the onnx package's DenseNet-121 scales and shifts after the
+    normalisation that opens each dense layer: ``BatchNormalization -> Mul -> Add``); else
+    None. O(1)."""
+    ins = node.inputs
+    if node.domain or len(node.outputs) != 1 or node.graph is None:
+        return None
+    if node.op_type == "Conv":
+        if ins[1] is None or not ins[1].is_constant or ins[1].const.dtype.kind != "f":
+            return None
+        bias = ins[2] if len(ins) > 2 else None
+        if bias is not None and not (bias.is_constant and bias.const.dtype == ins[1].const.dtype):
+            return None
+        return ins[1].const.shape[0], ins[1].const.ndim, ins[1].const.dtype
+    if node.op_type == "BatchNormalization" and len(ins) == 5 and not node.attrs.get("training_mode", 0):
+        y = node.outputs[0]
+        if y.shape is None or len(y.shape) < 2 or any(v is None or not v.is_constant for v in ins[1:]):
+            return None
+        dtype = ins[1].const.dtype
+        if dtype.kind != "f" or any(v.const.shape != (y.shape[1],) or v.const.dtype != dtype for v in ins[1:]):
+            return None
+        return y.shape[1], len(y.shape), dtype
+    return None
+
+
+def _fold_into(graph: Graph, head: Node, k: np.ndarray, d: np.ndarray, last: Node) -> None:
+    """``k * head(x) + d`` as ``head`` with new constants (a Conv's weights ``W[c] * k[c]``
+    and bias ``k[c] * B[c] + d[c]``; a BatchNormalization's scale ``k * scale`` and bias ``k
+    * bias + d``, computed in float64); its output takes ``last``'s name. O(weights)."""
+    ins = head.inputs
+    if head.op_type == "Conv":
+        w = ins[1].const
+        bias = ins[2] if len(ins) > 2 else None
+        b = bias.const.astype(np.float64) if bias is not None else 0.0
+        head.replace_input(1, graph.add_constant(
+            f"{ins[1].name}_folded", (w.astype(np.float64) * k.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)))
+        new_b = graph.add_constant(f"{last.name}_bias", (k * b + d).astype(w.dtype))
+        if bias is not None:
+            head.replace_input(2, new_b)
+        else:
+            head.set_inputs([*head.inputs, new_b])
+    else:
+        dtype = ins[1].const.dtype
+        scale, bias = ins[1].const.astype(np.float64), ins[2].const.astype(np.float64)
+        head.replace_input(1, graph.add_constant(f"{ins[1].name}_folded", (k * scale).astype(dtype)))
+        head.replace_input(2, graph.add_constant(f"{last.name}_bias", (k * bias + d).astype(dtype)))
+    graph.replace_all_uses(last.outputs[0], head.outputs[0])
 
 
 def fold_batchnorm(graph: Graph) -> int:
-    """Fold into each Conv of constant float weights the chain of per-channel affine nodes
-    after it (a BatchNormalization in inference mode, a Mul, Add, Sub or Div by a per-channel
-    constant: module docstring), in place; return how many nodes were folded. The chain's
-    readers read the convolution, which takes new weight and bias constants (the old ones
-    stay only while something else reads them). O(nodes + weights)."""
+    """Fold into each Conv of constant float weights, and each inference BatchNormalization
+    of constant parameters, the chain of per-channel affine nodes after it (a
+    BatchNormalization in inference mode after a Conv, a Mul, Add, Sub or Div by a
+    per-channel constant: module docstring), in place; return how many nodes were folded.
+    The chain's readers read the head, which takes new constants (the old ones stay only
+    while something else reads them). A chain that ends in a graph output folds too: the
+    head's output then takes that output's name. O(nodes + weights)."""
     folded = 0
-    for conv in list(graph.nodes):
-        if not _foldable_conv(conv):
+    for head in list(graph.nodes):
+        if head.graph is None:  # folded into an earlier head
             continue
-        chain, k, d = _chain(conv)
+        shape = _head(head)
+        if shape is None:
+            continue
+        chain, k, d = _chain(head, *shape)
         if not chain:
             continue
-        w = conv.inputs[1].const
-        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
-        b = bias.const.astype(np.float64) if bias is not None else 0.0
-        new_w = graph.add_constant(f"{conv.inputs[1].name}_folded",
-                                   (w.astype(np.float64) * k.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype))
-        new_b = graph.add_constant(f"{chain[-1].name}_bias", (k * b + d).astype(w.dtype))
-        conv.replace_input(1, new_w)
-        if len(conv.inputs) > 2:
-            conv.replace_input(2, new_b)
-        else:
-            conv.set_inputs([*conv.inputs, new_b])
-        graph.replace_all_uses(chain[-1].outputs[0], conv.outputs[0])
+        last = chain[-1]
+        name = last.outputs[0].name if last.outputs[0] in graph.outputs else None
+        _fold_into(graph, head, k, d, last)
         for node in reversed(chain):
             graph.remove_node(node)
+        if name is not None:
+            graph.rename_value(head.outputs[0], name)
         folded += len(chain)
     if folded:
         graph.remove_unused_constants()

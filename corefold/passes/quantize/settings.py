@@ -68,7 +68,8 @@ class QuantizeSettings:
             pre-processing does): one quantized convolution instead of a convolution whose
             output is rounded, then a normalisation rounded again. The onnx package's
             Inception v2 (69 such convolutions, 207 nodes folded) lowers on the 8x8 ``npu`` in
-            230.6 us instead of 367.0.
+            230.6 us instead of 367.0; DenseNet-121 (its normalisations of concatenated
+            features also take the Mul and Add after them) in 723.0 instead of 1328.5.
     """
 
     bits: int = 8
