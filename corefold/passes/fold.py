@@ -43,8 +43,8 @@ EQUIVALENCE = Equivalence("close", rtol=1e-5, atol=0.0)
 
 def _per_channel(v, channels: int, rank: int, dtype) -> np.ndarray | None:
     """The constant ``v`` as a float64 vector of ``channels`` entries when it broadcasts onto
-    an output of ``rank`` axes (N, C, ...) along C alone (a scalar, ``(C,)`` for a
-    BatchNormalization's inputs aside, ``(C, 1, 1)``, ``(1, C, 1, 1)``...), else None. O(C)."""
+    an output of ``rank`` axes (N, C, ...) along C alone (a scalar, or ``(C, 1, 1)``, ``(1, C,
+    1, 1)``... on a rank-4 output), else None. O(C)."""
     if v is None or not v.is_constant or v.const.dtype != dtype or v.const.ndim > rank:
         return None
     shape = (1,) * (rank - v.const.ndim) + v.const.shape
@@ -56,7 +56,16 @@ def _per_channel(v, channels: int, rank: int, dtype) -> np.ndarray | None:
 def _affine(node: Node, x, channels: int, rank: int, dtype) -> tuple[np.ndarray, np.ndarray] | None:
     """``(k, d)`` with ``node(x) == k * x + d`` per channel, when ``node`` is an inference
     BatchNormalization of ``x`` or a Mul, Add, Sub or Div of ``x`` and a per-channel constant
-    (:func:`_per_channel`; Sub and Div with ``x`` first), else None. O(C)."""
+    (:func:`_per_channel`; Sub and Div with ``x`` first) and both are finite (no division
+    by zero, no variance below ``-epsilon``), else None. O(C)."""
+    step = _affine_step(node, x, channels, rank, dtype)
+    if step is None or not (np.isfinite(step[0]).all() and np.isfinite(step[1]).all()):
+        return None
+    return step
+
+
+def _affine_step(node: Node, x, channels: int, rank: int, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_affine` before the finiteness check. O(C)."""
     if node.domain or len(node.outputs) != 1:
         return None
     ins = node.inputs
@@ -67,7 +76,10 @@ def _affine(node: Node, x, channels: int, rank: int, dtype) -> tuple[np.ndarray,
                for v in ins[1:]):
             return None
         scale, bias, mean, var = (v.const.astype(np.float64) for v in ins[1:])
-        k = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        spread = var + float(node.attrs.get("epsilon", 1e-5))
+        if (spread <= 0).any():
+            return None
+        k = scale / np.sqrt(spread)
         return k, bias - mean * k
     if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(ins) != 2 or ins[0] is ins[1]:
         return None
@@ -77,7 +89,9 @@ def _affine(node: Node, x, channels: int, rank: int, dtype) -> tuple[np.ndarray,
     if c is None:
         return None
     one, zero = np.ones(channels), np.zeros(channels)
-    return {"Mul": (c, zero), "Add": (one, c), "Sub": (one, -c), "Div": (1.0 / c, zero)}[node.op_type]
+    if node.op_type == "Div":
+        return (np.divide(1.0, c, out=np.full(channels, np.inf), where=c != 0), zero)
+    return {"Mul": (c, zero), "Add": (one, c), "Sub": (one, -c)}[node.op_type]
 
 
 def _chain(head: Node, channels: int, rank: int, dtype) -> tuple[list[Node], np.ndarray, np.ndarray]:
@@ -188,11 +202,11 @@ class FoldSettings:
 
 
 class FoldPass:
-    """:func:`fold_batchnorm` as a pipeline pass (report: ``folded``, the pairs folded)."""
+    """:func:`fold_batchnorm` as a pipeline pass (report: ``folded``, the nodes folded)."""
 
-    name = "fold"
-    settings_class = FoldSettings
-    equivalence = EQUIVALENCE
+    name: ClassVar[str] = "fold"
+    settings_class: ClassVar[type] = FoldSettings
+    equivalence: ClassVar[Equivalence] = EQUIVALENCE
 
     def run(self, graph: Graph, ctx: CompileContext) -> PassResult:
         folded = fold_batchnorm(graph)

@@ -147,6 +147,25 @@ def test_a_chain_after_a_normalisation_folds_into_it():
     assert _close(ort_run(model, feeds), ort_run(to_onnx(g), feeds)) <= RTOL
 
 
+def test_a_division_by_zero_or_a_negative_variance_stays():
+    """Folded, a division by zero would put infinities into the weights, and a variance below
+    ``-epsilon`` NaN: the node stays, and computes what it did."""
+    model = _model([("Div", {"const": (6, 1, 1)})])
+    g = from_onnx(model)
+    div = next(n for n in g.nodes if n.op_type == "Div")
+    k = div.inputs[1].const.copy()
+    k[0, 0, 0] = 0.0
+    div.inputs[1].set_const(k)
+    assert fold_batchnorm(g) == 0
+    model = _model([("BatchNormalization", {})])
+    g = from_onnx(model)
+    bn = next(n for n in g.nodes if n.op_type == "BatchNormalization")
+    var = bn.inputs[4].const.copy()
+    var[2] = -1.0
+    bn.inputs[4].set_const(var)
+    assert fold_batchnorm(g) == 0 and [n.op_type for n in g.nodes] == ["Conv", "BatchNormalization", "Relu"]
+
+
 def test_a_normalisation_in_training_mode_stays():
     g = from_onnx(_model([("BatchNormalization", {"training_mode": 1})]))
     assert fold_batchnorm(g) == 0 and len(g.nodes) == 3
