@@ -97,8 +97,8 @@ def model_paths(names: list[str], folder: Path) -> dict[str, Path]:
 
     light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     out = {}
+    known = {**LIGHT, **HELD_OUT}
     for name in names:
-        known = {**LIGHT, **HELD_OUT}
         out[name] = light / known[name] if name in known else export_torchvision(name, folder)
     return out
 

@@ -1,7 +1,7 @@
 """``corefold compile``: ONNX in, a simulated build out, as one pipeline of named passes.
 
-    import -> fold (BatchNormalization into convolutions) or quantize (with calibration
-    data; it folds first) -> split -> serial (M1: compile, split on
+    import -> fold (BatchNormalization into convolutions; a float model) or quantize (with
+    calibration data; it folds first) -> split -> serial (M1: compile, split on
     failure, fuse; every compile is ``backend.lower``: tile, place, order, plan SRAM,
     route, emit) -> link -> simulate -> build/
 
@@ -353,7 +353,9 @@ def _partition(graph: Graph, target: Target, ctx: CompileContext, memo: dict) ->
 def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
     if calib is not None:
         Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)  # (folds, with its fold_batchnorm)
-    else:
+    elif not any(n.op_type == "QuantizeLinear" for n in graph.nodes):
+        # (a QDQ model stays as it was quantized, as the tile step leaves it: folded, its float
+        # values between a DequantizeLinear and a QuantizeLinear would round otherwise)
         Pipeline([FoldPass()]).run(graph, ctx)
     graph = _partition(graph, target, ctx, memo)
     res: SerialResult = ctx.data["serial"]

@@ -233,3 +233,26 @@ def test_the_polish_reuses_the_latencies_m1_measured():
     latency = _measured(memo, simulate)
     assert latency(timed) == 2.5e-6 and calls == []
     assert latency(other) == 7.0e-6 and calls == [other]
+
+
+def test_a_float_model_is_folded_before_m1_and_the_chain_computes_what_it_did():
+    """The bundled example has a Conv -> BatchNormalization: ``corefold compile`` folds it
+    before M1 (so no cut can fall between them), and the build's chain computes the
+    original model's outputs within float32 rounding (1e-5 of their scale)."""
+    from importlib import resources
+
+    from corefold.compile import CompileSettings, compile_model
+    from corefold.frontend.onnx import load_model
+    from corefold.sim import simulate_chain
+
+    path = resources.files("corefold.examples").joinpath("tiny_cnn.onnx")
+    original, g = load_model(path), load_model(path)
+    assert any(n.op_type == "BatchNormalization" for n in original.nodes)
+    target = load_target("npu-2x2")
+    build = compile_model(g, target, settings=CompileSettings(strategies_table=False, simulate=False, polish=False))
+    assert not any(n.op_type == "BatchNormalization" for n in build.graph.nodes)
+    assert len(build.graph.nodes) < len(original.nodes)
+    feeds = random_inputs(original, seed=1)
+    sim = simulate_chain(build.executables, feeds, target)
+    want = run(original, feeds)
+    assert max_relative_error(want, {k: sim.tensors[k] for k in want}) <= 1e-5
