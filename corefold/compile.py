@@ -352,7 +352,7 @@ def _partition(graph: Graph, target: Target, ctx: CompileContext, memo: dict) ->
 
 def _compile(graph, target, ctx, serial, settings, calib, quantize, own_backend, memo, bar) -> Build:
     if calib is not None:
-        Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)  # (folds, with its fold_batchnorm)
+        Pipeline([_QuantizeStep(calib, quantize)]).run(graph, ctx)  # (folds first: QuantizeSettings.fold)
     elif not any(n.op_type == "QuantizeLinear" for n in graph.nodes):
         # (a QDQ model stays as it was quantized, as the tile step leaves it: folded, its float
         # values between a DequantizeLinear and a QuantizeLinear would round otherwise)

@@ -8,7 +8,8 @@
    model, :func:`~corefold.passes.fold.fold_batchnorm` folds into each convolution the
    BatchNormalization and per-channel Mul, Add, Sub or Div after it (its ``ConvBNFusion``,
    ``ConvMulFusion`` and ``ConvAddFusion``), and into each BatchNormalization the Mul, Add,
-   Sub or Div after it (a QDQ model is folded by the quantizer, before calibrating).
+   Sub or Div after it, and makes each Sum of two inputs an Add (:func:`~corefold.passes.fold.fold`;
+   a QDQ model is folded by the quantizer, before calibrating).
 2. :func:`~corefold.backend.qdq.dequantize_after_moves` turns a Concat or Slice of dequantized weights into the
    DequantizeLinear of the moved integer weights; then, in quantized QDQ models only,
    :func:`fuse_integer`: every pattern ``DequantizeLinear ->
@@ -52,7 +53,7 @@ from corefold.backend.qdq import (
 )
 from corefold.errors import CapacityError, CompileError, InternalError
 from corefold.ir import Graph, Node, Value
-from corefold.passes.fold import fold_batchnorm
+from corefold.passes.fold import fold
 from corefold.passes.split import split_graph
 from corefold.passes.split.rows import bands_to_fit, cut_rows
 from corefold.passes.split.rules import candidate_axes
@@ -463,7 +464,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
     if not is_quantized(g):
         # NOTE: a float model only: in a QDQ model the fold would move the float values a
         # QuantizeLinear rounds, and the executable must match the integer runner exactly
-        fold_batchnorm(g)
+        fold(g)
     dequantize_after_moves(g)
     exact = holds_quantization(g)  # before the fusion takes the QuantizeLinear nodes
     if is_quantized(g):

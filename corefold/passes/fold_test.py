@@ -14,7 +14,7 @@ from corefold.executor import random_inputs, run
 from corefold.frontend.onnx import from_onnx, load_model
 from corefold.frontend.onnx.check import ort_run
 from corefold.frontend.onnx.exporter import to_onnx
-from corefold.passes.fold import FoldPass, fold_batchnorm
+from corefold.passes.fold import FoldPass, fold_batchnorm, sums_as_adds
 from corefold.pipeline import CompileContext, Pipeline
 
 RTOL = 1e-5
@@ -205,8 +205,9 @@ def _randomised(graph, seed: int = 0) -> None:
             v.set_const(data)
 
 
-@pytest.mark.parametrize("name,folded", [("shufflenet", 49), ("inception_v2", 207), ("densenet121", 301)])
-def test_the_onnx_packages_real_models_fold_with_the_same_outputs(name, folded):
+@pytest.mark.parametrize("name,folded,sums", [("shufflenet", 49, 13), ("inception_v2", 207, 0),
+                                             ("densenet121", 301, 0), ("resnet50", 53, 16)])
+def test_the_onnx_packages_real_models_fold_with_the_same_outputs(name, folded, sums):
     """Models no one here wrote (Caffe2 exports shipped by the onnx package): every
     Conv -> BatchNormalization (-> Mul -> Add) chain folds, the logits stay."""
     g = load_model(LIGHT / f"light_{name}.onnx")
@@ -216,7 +217,8 @@ def test_the_onnx_packages_real_models_fold_with_the_same_outputs(name, folded):
     want = run(g, feeds)
     ctx = CompileContext()
     Pipeline([FoldPass()]).run(g, ctx)
-    assert ctx.reports[-1] == ("fold", {"folded": folded})
+    assert ctx.reports[-1] == ("fold", {"folded": folded, "sums_as_adds": sums})
+    assert not any(n.op_type == "Sum" for n in g.nodes)
     # DenseNet-121's 62 normalisations of concatenated features stay (their Mul and Add fold)
     assert sum(n.op_type == "BatchNormalization" for n in g.nodes) == (62 if name == "densenet121" else 0)
     assert _close(want, run(g, feeds)) <= RTOL
@@ -245,3 +247,63 @@ def test_the_quantizer_folds_before_calibrating_unless_the_seeds_rule_is_asked(t
     want = ort_run(model, {"x": x})["y"]
     sqnr = 10 * np.log10(np.sum(want.astype(np.float64) ** 2) / np.sum((got - want).astype(np.float64) ** 2))
     assert sqnr > 25
+
+
+def test_a_sum_of_two_is_an_add_and_computes_the_same_bits():
+    """Caffe2's residual ``Sum(a, b)`` (broadcasting, as Add does) becomes ``Add(a, b)`` with
+    its name and output kept; a Sum of one or three inputs stays. The outputs are bitwise the
+    same, in the executor and in ONNX Runtime."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Sum", ["x", "r"], ["s2"], name="residual"),
+             helper.make_node("Sum", ["s2", "b"], ["y"], name="broadcast"),
+             helper.make_node("Sum", ["y", "x", "r"], ["z"], name="three"),
+             helper.make_node("Sum", ["z"], ["one"], name="single")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "one")],
+        [numpy_helper.from_array(np.float32([[[0.5]], [[-1.5]], [[2.0]]]), "b")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    g = from_onnx(model)
+    feeds = random_inputs(g, seed=0)
+    want = run(g, feeds)
+    assert sums_as_adds(g) == 2
+    assert [(n.name, n.op_type) for n in g.nodes] == [("relu", "Relu"), ("residual", "Add"), ("broadcast", "Add"),
+                                                     ("three", "Sum"), ("single", "Sum")]
+    assert [v.name for v in g.outputs] == ["y", "one"]
+    got = run(g, feeds)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+    ort_want, ort_got = ort_run(model, feeds), ort_run(to_onnx(g), feeds)
+    assert all(np.array_equal(ort_want[k], ort_got[k]) for k in ort_want)
+
+
+def test_the_quantizer_computes_a_residual_sum_of_two_scales_in_integers(tmp_path):
+    """A residual ``Sum(conv(x), x)``: its inputs take two scales, so as a Sum it ran in
+    float between a DequantizeLinear and a QuantizeLinear; as the Add the quantizer makes
+    of it, the integer runner computes it from the integers, within one output step of ONNX
+    Runtime."""
+    from corefold.frontend.onnx.check import ort_session
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.passes.quantize.integer import IntegerRunner
+
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sum", ["c", "x"], ["s"], name="residual"),
+             helper.make_node("Relu", ["s"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 2).astype(np.float32), "w")]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    g = from_onnx(model)
+    np.savez(tmp_path / "calib.npz", x=rng.standard_normal((16, 4, 6, 6)).astype(np.float32))
+    res = quantize_graph(g, load_calibration(tmp_path / "calib.npz", g),
+                         QuantizeSettings(calibration="minmax", weight_rounding="nearest"), progress=False)
+    assert res.report["sums_as_adds"] == 1 and g.node("residual").op_type == "Add"
+    runner = IntegerRunner(g)
+    q_out = g.outputs[0].producer.inputs[0].producer  # the output's QuantizeLinear
+    assert q_out.name in runner.integer_nodes
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    step = float(q_out.inputs[1].const)
+    want = ort_session(to_onnx(g), qdq_exact=True).run(None, {"x": x})[0]
+    got = runner.run({"x": x})[g.outputs[0].name]
+    assert np.abs(got - want).max() <= step * 1.0001 + 4 * np.spacing(np.abs(want).max())

@@ -3,8 +3,9 @@
 ``corefold quantize MODEL --calib DATA`` (and ``corefold compile``) run :class:`QuantizePass`
 under :class:`corefold.pipeline.Pipeline`, which calls :func:`quantize_graph`:
 
-0. ``fold``      -- (``fold_batchnorm``) each BatchNormalization and per-channel affine node
-   after a float convolution is folded into it (:mod:`corefold.passes.fold`);
+0. ``fold``      -- (``fold``) each BatchNormalization and per-channel affine node after a
+   float convolution is folded into it, and each Sum of two inputs becomes an Add
+   (:mod:`corefold.passes.fold`);
 1. ``select``    -- which tensors are quantized and which share one parameter set;
 2. ``ranges``    -- intervals known from the operators alone (ReLU -> [0, ?], ...);
 3. ``calibrate`` -- one stream over the calibration data: min/max, |x| histograms and, for
@@ -30,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from corefold.ir import Graph
-from corefold.passes.fold import fold_batchnorm
+from corefold.passes.fold import fold
 from corefold.passes.quantize.calibrate import CalibrationSet, calibrate, gptq_weights
 from corefold.passes.quantize.params import Planner, QuantizeError, QuantParams
 from corefold.passes.quantize.qdq import insert_qdq, plan_to_json
@@ -66,7 +67,7 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
             taking NaN. A tensor the model itself fills with +-inf stays float.
     """
     settings = (settings or QuantizeSettings()).checked()
-    folded = fold_batchnorm(graph) if settings.fold_batchnorm else 0
+    folded = fold(graph) if settings.fold else {"folded": 0, "sums_as_adds": 0}
     sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
     static = static_ranges(graph)
     batches = data.num_batches if settings.max_batches is None else min(settings.max_batches, data.num_batches)
@@ -117,7 +118,7 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
     report = plan_to_json(plan, sel)
     report["settings"] = asdict(settings)
     report["calibration_batches"] = stats.batches
-    report["folded"] = folded
+    report.update(folded)
     if mixed is not None:
         report["mixed_precision"] = mixed
     if grids:
