@@ -216,6 +216,46 @@ def sums_as_adds(graph: Graph) -> int:
     return count
 
 
+def normalisations_as_convs(graph: Graph) -> int:
+    """Make each inference BatchNormalization of constant float parameters, on an input of
+    three or more axes with its channels known, a depthwise convolution of 1 x 1 kernels
+    (``group`` = channels, weight ``k[c]`` of shape ``(C, 1, 1...)``, bias ``d[c]``: the same
+    ``k * x + d`` per channel, :func:`_affine`), in place (its name, its output and its place
+    kept); return how many. What :func:`fold_batchnorm` cannot fold because no convolution
+    comes before (DenseNet's normalisation of the concatenated features, a pre-activation
+    block's) has no integer kernel: quantized, it runs in float between a DequantizeLinear and
+    a QuantizeLinear, at four times the bytes. As a convolution it is a linear operator the
+    quantizer gives per-channel weights (one integer each: exact up to the scale's rounding)
+    and the integer runner, the backend and ONNX Runtime compute from the integers, with the
+    Relu after it fused (the onnx package's DenseNet-121 in int8 on the 8x8 ``npu``: 723.0 ->
+    see docs/backend.md). A float model keeps its normalisations: on the chip they are
+    vector work either way. A step whose scale or shift is not finite stays. O(nodes + C)."""
+    count = 0
+    for node in graph.nodes:
+        shape = _head(node) if node.op_type == "BatchNormalization" else None
+        if shape is None:
+            continue
+        channels, rank, dtype = shape
+        x = node.inputs[0]
+        if rank < 3 or x.shape is None or len(x.shape) != rank or not isinstance(x.shape[1], int):
+            continue
+        step = _affine(node, x, channels, rank, dtype)
+        if step is None:
+            continue
+        k, d = step
+        w = graph.add_constant(f"{node.name}_weight", k.reshape((channels,) + (1,) * (rank - 1)).astype(dtype))
+        b = graph.add_constant(f"{node.name}_bias", d.astype(dtype))
+        node.op_type = "Conv"
+        n = rank - 2
+        node.attrs = {"group": channels, "kernel_shape": [1] * n, "strides": [1] * n, "pads": [0] * (2 * n),
+                      "dilations": [1] * n}
+        node.set_inputs([x, w, b])
+        count += 1
+    if count:
+        graph.remove_unused_constants()
+    return count
+
+
 def fold(graph: Graph) -> dict[str, int]:
     """:func:`fold_batchnorm` and :func:`sums_as_adds` on ``graph`` in place; how many nodes
     each folded or rewrote (``folded``, ``sums_as_adds``). O(nodes + weights)."""

@@ -14,7 +14,7 @@ from corefold.executor import random_inputs, run
 from corefold.frontend.onnx import from_onnx, load_model
 from corefold.frontend.onnx.check import ort_run
 from corefold.frontend.onnx.exporter import to_onnx
-from corefold.passes.fold import FoldPass, fold_batchnorm, sums_as_adds
+from corefold.passes.fold import FoldPass, fold_batchnorm, normalisations_as_convs, sums_as_adds
 from corefold.pipeline import CompileContext, Pipeline
 
 RTOL = 1e-5
@@ -222,6 +222,10 @@ def test_the_onnx_packages_real_models_fold_with_the_same_outputs(name, folded, 
     # DenseNet-121's 62 normalisations of concatenated features stay (their Mul and Add fold)
     assert sum(n.op_type == "BatchNormalization" for n in g.nodes) == (62 if name == "densenet121" else 0)
     assert _close(want, run(g, feeds)) <= RTOL
+    # ... and become depthwise convolutions, as the quantizer makes them
+    assert normalisations_as_convs(g) == (62 if name == "densenet121" else 0)
+    assert not any(n.op_type == "BatchNormalization" for n in g.nodes)
+    assert _close(want, run(g, feeds)) <= RTOL
 
 
 @pytest.mark.parametrize("preset,folded", [("default", 3), ("seed", 0)])
@@ -307,3 +311,86 @@ def test_the_quantizer_computes_a_residual_sum_of_two_scales_in_integers(tmp_pat
     want = ort_session(to_onnx(g), qdq_exact=True).run(None, {"x": x})[0]
     got = runner.run({"x": x})[g.outputs[0].name]
     assert np.abs(got - want).max() <= step * 1.0001 + 4 * np.spacing(np.abs(want).max())
+
+
+def _normalised(rank: int = 4, training: bool = False, tail: bool = True, seed: int = 2) -> onnx.ModelProto:
+    """Concat(x1, x2) -> BatchNormalization [-> Mul -> Add] -> Relu -> Conv 1x1 -> y on
+    inputs of ``rank`` axes (N, 3, 5[, 5]): DenseNet's dense layer, whose normalisation has no
+    convolution before it. Seeded random constants."""
+    rng = np.random.default_rng(seed)
+    bn = [rng.standard_normal(6), rng.standard_normal(6), rng.standard_normal(6), rng.uniform(0.5, 2, 6)]
+    spatial = (5, 5)[: rank - 2]
+    inits = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in zip("sbmv", bn, strict=True)]
+    inits += [numpy_helper.from_array(rng.uniform(0.5, 2, (6,) + (1,) * len(spatial)).astype(np.float32), "k"),
+              numpy_helper.from_array(rng.standard_normal((6,) + (1,) * len(spatial)).astype(np.float32), "d"),
+              numpy_helper.from_array(rng.standard_normal((4, 6) + (1,) * len(spatial)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Concat", ["x1", "x2"], ["c"], axis=1),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="norm",
+                              **({"training_mode": 1} if training else {}))]
+    if tail:
+        nodes += [helper.make_node("Mul", ["n", "k"], ["p"]), helper.make_node("Add", ["d", "p"], ["q"])]
+    nodes += [helper.make_node("Relu", ["q" if tail else "n"], ["r"]),
+              helper.make_node("Conv", ["r", "w"], ["y"], name="conv")] if rank > 2 else \
+        [helper.make_node("Relu", ["q" if tail else "n"], ["y"])]
+    return helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, *spatial]) for n in ("x1", "x2")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits if rank > 2 else inits[:4]),
+        opset_imports=[helper.make_opsetid("", 15)])
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+def test_a_normalisation_with_no_convolution_before_it_becomes_a_depthwise_convolution(rank):
+    """What is left after the fold (the normalisation took the Mul and Add after it)
+    becomes a Conv of one 1-wide kernel per channel, with the node's name and output: the
+    outputs of the executor and of ONNX Runtime stay within rounding."""
+    model = _normalised(rank)
+    g = from_onnx(model)
+    feeds = random_inputs(g, seed=0)
+    want = run(g, feeds)
+    assert fold_batchnorm(g) == 2 and normalisations_as_convs(g) == 1
+    assert [n.op_type for n in g.nodes] == ["Concat", "Conv", "Relu", "Conv"]
+    conv = g.node("norm")
+    assert conv.op_type == "Conv" and conv.attrs["group"] == 6 and conv.inputs[1].const.shape == (6,) + (1,) * (rank - 1)
+    assert not any(v.name in ("s", "b", "m", "v") for v in g.values())  # the parameters no one reads are gone
+    assert _close(want, run(g, feeds)) <= RTOL
+    assert _close(ort_run(model, feeds), ort_run(to_onnx(g), feeds)) <= RTOL
+
+
+def test_a_normalisation_that_is_no_depthwise_convolution_stays():
+    """Training mode, a (N, C) input (no spatial axis for a Conv), a negative variance."""
+    for g in (from_onnx(_normalised(training=True)), from_onnx(_normalised(rank=2, tail=False))):
+        assert normalisations_as_convs(g) == 0 and any(n.op_type == "BatchNormalization" for n in g.nodes)
+    g = from_onnx(_normalised(tail=False))
+    var = g.node("norm").inputs[4]
+    var.set_const(np.float32([1, 1, -2, 1, 1, 1]))
+    assert normalisations_as_convs(g) == 0 and g.node("norm").op_type == "BatchNormalization"
+
+
+def test_the_quantizer_computes_a_normalisation_without_a_convolution_in_integers(tmp_path):
+    """DenseNet's ``Concat -> BatchNormalization -> Mul -> Add -> Relu -> Conv``: the
+    quantizer folds the Mul and Add into the normalisation and makes it a depthwise
+    convolution, so the integer runner computes it (Relu fused) from the integers, within
+    one output step of ONNX Runtime, and the QDQ model stays above 30 dB of the float one."""
+    from corefold.frontend.onnx.check import ort_session
+    from corefold.passes.quantize import QuantizeSettings, load_calibration, quantize_graph
+    from corefold.passes.quantize.integer import IntegerRunner
+
+    model = _normalised()
+    g = from_onnx(model)
+    rng = np.random.default_rng(7)
+    np.savez(tmp_path / "calib.npz", **{n: rng.standard_normal((16, 3, 5, 5)).astype(np.float32) for n in ("x1", "x2")})
+    res = quantize_graph(g, load_calibration(tmp_path / "calib.npz", g),
+                         QuantizeSettings(calibration="minmax", weight_rounding="nearest"), progress=False)
+    assert res.report["folded"] == 2 and res.report["normalisations_as_convs"] == 1
+    runner = IntegerRunner(g)
+    relu = next(n for n in g.nodes if n.op_type == "Relu")
+    q = relu.outputs[0].uses()[0].node
+    assert q.op_type == "QuantizeLinear" and q.name in runner.integer_nodes
+    assert runner.plan[q][0].name == "norm"
+    feeds = {n: rng.standard_normal((1, 3, 5, 5)).astype(np.float32) for n in ("x1", "x2")}
+    step = float(g.outputs[0].producer.inputs[1].const)
+    want = ort_session(to_onnx(g), qdq_exact=True).run(None, feeds)[0]
+    got = runner.run(feeds)[g.outputs[0].name]
+    assert np.abs(got - want).max() <= step * 1.0001 + 4 * np.spacing(np.abs(want).max())
+    ref = ort_run(model, feeds)["y"].astype(np.float64)
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((want - ref) ** 2)) > 30

@@ -4,8 +4,9 @@
 under :class:`corefold.pipeline.Pipeline`, which calls :func:`quantize_graph`:
 
 0. ``fold``      -- (``fold``) each BatchNormalization and per-channel affine node after a
-   float convolution is folded into it, and each Sum of two inputs becomes an Add
-   (:mod:`corefold.passes.fold`);
+   float convolution is folded into it, each Sum of two inputs becomes an Add, and each
+   normalisation left (no convolution before it) becomes a depthwise 1 x 1 convolution, a
+   linear operator with an integer kernel (:mod:`corefold.passes.fold`);
 1. ``select``    -- which tensors are quantized and which share one parameter set;
 2. ``ranges``    -- intervals known from the operators alone (ReLU -> [0, ?], ...);
 3. ``calibrate`` -- one stream over the calibration data: min/max, |x| histograms and, for
@@ -31,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from corefold.ir import Graph
-from corefold.passes.fold import fold
+from corefold.passes.fold import fold, normalisations_as_convs
 from corefold.passes.quantize.calibrate import CalibrationSet, calibrate, gptq_weights
 from corefold.passes.quantize.params import Planner, QuantizeError, QuantParams
 from corefold.passes.quantize.qdq import insert_qdq, plan_to_json
@@ -67,7 +68,9 @@ def quantize_graph(graph: Graph, data: CalibrationSet, settings: QuantizeSetting
             taking NaN. A tensor the model itself fills with +-inf stays float.
     """
     settings = (settings or QuantizeSettings()).checked()
-    folded = fold(graph) if settings.fold else {"folded": 0, "sums_as_adds": 0}
+    folded = {"folded": 0, "sums_as_adds": 0, "normalisations_as_convs": 0}
+    if settings.fold:
+        folded = {**fold(graph), "normalisations_as_convs": normalisations_as_convs(graph)}
     sel = select_tensors(graph, settings.per_channel, settings.quantize_outputs, settings.fuse_activations)
     static = static_ranges(graph)
     batches = data.num_batches if settings.max_batches is None else min(settings.max_batches, data.num_batches)
