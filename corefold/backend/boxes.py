@@ -163,15 +163,45 @@ def reshape_pieces(pieces: tuple[Piece, ...], old: Shape, new: Shape,
     out = []
     for p in pieces:
         rng = box_range(old, p.dst_start, p.extent)
-        if rng is None:
-            return None
-        box = range_box(new, *rng)
-        if box is None:
-            return None
-        src = _src_view(p, box[1], phys_elements)
+        box = None if rng is None else range_box(new, *rng)
+        src = None if box is None else _src_view(p, box[1], phys_elements)
         if src is None:
-            return None
+            return _reshape_prefix(pieces, old, new)
         out.append(Piece(box[0], box[1], p.phys, src[0], src[1]))
+    return tuple(out)
+
+
+def kept_suffix(old: Shape, new: Shape) -> tuple[int, int] | None:
+    """``(a, b)`` when ``reshape(old, new)`` only regroups the leading axes: ``old[a:] ==
+    new[b:]``, with ``a`` and ``b`` the shortest prefixes of equal size that leave a suffix
+    of at least one axis (a channel shuffle's ``(1, 112, 56, 56) -> (1, 4, 28, 56, 56)``:
+    ``(2, 3)``); else None. O(rank)."""
+    for k in range(min(len(old), len(new)), 0, -1):
+        a, b = len(old) - k, len(new) - k
+        if tuple(old[a:]) == tuple(new[b:]) and prod(old[:a]) == prod(new[:b]):
+            return a, b
+    return None
+
+
+def _reshape_prefix(pieces: tuple[Piece, ...], old: Shape, new: Shape) -> tuple[Piece, ...] | None:
+    """:func:`reshape_pieces` for a reshape that regroups only the leading axes
+    (:func:`kept_suffix`) and pieces whose leading part is a contiguous box of both
+    groupings and is seen in the source as in the operand: a band of rows of all channels
+    (a row cut) stays a box when the channels are split into groups, where its flat range
+    is not contiguous. None when some piece is not such a box. O(rank) per piece."""
+    kept = kept_suffix(old, new)
+    if kept is None or kept[0] == 0:
+        return None
+    a, b = kept
+    out = []
+    for p in pieces:
+        rng = box_range(old[:a], p.dst_start[:a], p.extent[:a])
+        box = None if rng is None else range_box(new[:b], *rng)
+        if (box is None or len(p.src_shape) != len(old) or tuple(p.src_shape[:a]) != tuple(old[:a])
+                or tuple(p.src_start[:a]) != tuple(p.dst_start[:a])):
+            return None
+        out.append(Piece(box[0] + tuple(p.dst_start[a:]), box[1] + tuple(p.extent[a:]), p.phys,
+                         tuple(new[:b]) + tuple(p.src_shape[a:]), box[0] + tuple(p.src_start[a:])))
     return tuple(out)
 
 

@@ -1,4 +1,5 @@
-"""boxes: the array-indexed sub_pieces equals the plain one, and intersect's edge cases."""
+"""boxes: the array-indexed sub_pieces equals the plain one, intersect's edge cases, and
+reshaped pieces that assemble into the reshaped tensor."""
 
 import itertools
 
@@ -7,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corefold.backend.boxes import Piece, intersect, piece_boxes, sub_pieces
+from corefold.backend.boxes import (
+    Piece,
+    intersect,
+    kept_suffix,
+    piece_boxes,
+    reshape_pieces,
+    sub_pieces,
+)
 
 
 def test_intersect():
@@ -47,3 +55,79 @@ def test_sub_pieces_with_the_pieces_boxes_is_the_plain_loop(grid):
     assert sub_pieces(pieces, start, extent, piece_boxes(pieces)) == plain
     # the pieces cover the box exactly once
     assert sum(int(np.prod(p.extent)) for p in plain) == int(np.prod(extent))
+
+
+def _assemble(pieces, shape, phys: dict[int, np.ndarray]) -> np.ndarray:
+    """The operand of ``shape`` the pieces describe: each piece's box of its physical
+    tensor (seen as ``src_shape``) written at its place; NaN where no piece writes."""
+    out = np.full(shape, np.nan)
+    for p in pieces:
+        src = phys[p.phys].reshape(p.src_shape)
+        out[tuple(slice(d, d + e) for d, e in zip(p.dst_start, p.extent, strict=True))] = \
+            src[tuple(slice(s, s + e) for s, e in zip(p.src_start, p.extent, strict=True))]
+    return out
+
+
+def _bands(shape, axis: int, k: int):
+    """A tensor of ``shape`` cut into ``k`` bands along ``axis``: its pieces and their
+    physical tensors (each band its own array)."""
+    full = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    edges = np.linspace(0, shape[axis], k + 1).astype(int)
+    pieces, phys = [], {}
+    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        start = tuple(a if d == axis else 0 for d in range(len(shape)))
+        ext = tuple(b - a if d == axis else n for d, n in enumerate(shape))
+        phys[i] = full[tuple(slice(s, s + e) for s, e in zip(start, ext, strict=True))].copy()
+        pieces.append(Piece(start, ext, i, ext, (0,) * len(shape)))
+    return full, tuple(pieces), phys
+
+
+def test_kept_suffix_finds_the_regrouped_leading_axes():
+    assert kept_suffix((1, 112, 56, 56), (1, 4, 28, 56, 56)) == (2, 3)  # a channel shuffle's split
+    assert kept_suffix((1, 28, 4, 56, 56), (1, 112, 56, 56)) == (3, 2)  # ... and its merge
+    assert kept_suffix((2, 3, 4), (2, 3, 4)) == (0, 0)  # nothing regrouped
+    assert kept_suffix((1, 512, 1, 1), (1, 512)) is None  # a Flatten keeps no trailing axis
+    assert kept_suffix((6, 4), (4, 6)) is None
+
+
+@pytest.mark.parametrize("old,new,axis", [
+    ((1, 12, 6, 5), (1, 3, 4, 6, 5), 2),   # row bands through a channel shuffle's first reshape
+    ((1, 4, 3, 6, 5), (1, 12, 6, 5), 3),   # ... and through its second
+    ((2, 6, 4), (12, 4), 2),               # a band of the last axis through merged leading axes
+])
+def test_row_bands_stay_boxes_through_a_reshape_of_the_leading_axes(old, new, axis):
+    """A band of rows over every channel is no contiguous range of the flat tensor, so the
+    flat rule cannot map it; with the leading axes regrouped and the rows kept, it is still
+    a box, read from the band's own tensor."""
+    full, pieces, phys = _bands(old, axis, 3)
+    out = reshape_pieces(pieces, old, new, {i: a.size for i, a in phys.items()})
+    assert out is not None and len(out) == 3
+    assert {p.phys for p in out} == {0, 1, 2}
+    np.testing.assert_array_equal(_assemble(out, new, phys), full.reshape(new))
+
+
+def test_a_band_of_channels_through_a_regrouping_of_the_channels_is_no_box():
+    """Channels [0, 6) of 12 regrouped as (3, 4): rows 0-1 of group 1 hold channels 4-5, no box
+    of the new shape: the operand must be gathered (None)."""
+    full, pieces, phys = _bands((1, 12, 6, 5), 1, 2)
+    assert reshape_pieces(pieces, (1, 12, 6, 5), (1, 3, 4, 6, 5), {i: a.size for i, a in phys.items()}) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_reshaped_pieces_assemble_into_the_reshaped_tensor(data):
+    """Any operand cut into bands along one axis, reshaped by regrouping some leading axes:
+    whatever pieces ``reshape_pieces`` gives make exactly ``reshape(operand)``."""
+    rank = data.draw(st.integers(2, 4))
+    old = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3, 4, 6]), min_size=rank, max_size=rank)))
+    a = data.draw(st.integers(1, rank - 1))
+    lead = int(np.prod(old[:a]))
+    divisors = [d for d in range(1, lead + 1) if lead % d == 0]
+    d = data.draw(st.sampled_from(divisors))
+    new = (d, lead // d) + old[a:]
+    axis = data.draw(st.integers(0, rank - 1))
+    k = data.draw(st.integers(1, old[axis]))
+    full, pieces, phys = _bands(old, axis, k)
+    out = reshape_pieces(pieces, old, new, {i: x.size for i, x in phys.items()})
+    if out is not None:
+        np.testing.assert_array_equal(_assemble(out, new, phys), full.reshape(new))

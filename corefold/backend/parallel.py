@@ -313,7 +313,26 @@ def _followed(node: Node, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int]
     (an SE block's ``scale * x`` follows ``x``, not the ``[1, C, 1, 1]`` scale), else of its
     first non-constant input; None when that input is not a cut's join. O(inputs)."""
     x = _followed_input(node)
-    return None if x is None else cut_of.get(id(x)) or joined_cut(x)
+    return None if x is None else cut_of.get(id(x)) or joined_cut(x) or _through_reshape(x, cut_of)
+
+
+def _through_reshape(x: Value, cut_of: dict[int, tuple[int, int]]) -> tuple[int, int] | None:
+    """The cut behind ``x = Reshape(y)`` on the axis of ``x`` that the cut axis of ``y``
+    becomes, when the reshape regroups only axes before it (:func:`~corefold.backend.boxes.kept_suffix`):
+    its bands stay boxes of ``x`` (a channel shuffle's ``Reshape -> Transpose -> Reshape``
+    behind a row cut then follows the rows, each band shuffled on its own core). O(rank)."""
+    from corefold.backend.boxes import kept_suffix
+
+    view = x.producer
+    if view is None or view.op_type != "Reshape" or view.inputs[0] is None or view.inputs[0].shape is None \
+            or x.shape is None:
+        return None
+    y = view.inputs[0]
+    cut = cut_of.get(id(y)) or joined_cut(y)
+    kept = kept_suffix(tuple(y.shape), tuple(x.shape))
+    if cut is None or kept is None or cut[0] < kept[0]:
+        return None
+    return cut[0] - kept[0] + kept[1], cut[1]
 
 
 def _followed_input(node: Node) -> Value | None:
@@ -442,7 +461,9 @@ def _channel_axis(node: Node, follow: tuple[int, int] | None):
     axes, _ = candidate_axes(node)
     axes = [a for a in axes if not a.reduce and a.output is not None and (a.output[1] == 1 or a.name == "groups")]
     if follow is not None:
-        same = [a for a in axes if a.output[0] == follow[0]]
+        # (a Transpose moves the followed axis: match the axis it reads)
+        same = [a for a in axes if (a.inputs[0][0] if node.op_type == "Transpose" and a.inputs and a.inputs[0]
+                                    else a.output[0]) == follow[0]]
         if same:
             return same[0]
     if node.op_type in MATRIX_OPS or node.op_type in ROW_OPS:

@@ -157,7 +157,7 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
         for n in [q, *(reversed(act.nodes) if act is not None else ()), src]:
             if n.graph is graph and all(not o.uses() and id(o) not in outputs for o in n.outputs):
                 graph.remove_node(n)
-        if moves_integers(src.op_type, quant):
+        if moves_integers(src.op_type, quant, (ins[0].shape, y.shape) if ins and ins[0] is not None else None):
             # NOTE: its requantization is the identity: the plain operator on the integers,
             # which build() makes a view (the copies become the transfers to its readers)
             node = Node(src.op_type, ins, [y], dict(src.attrs), name=src.name + "_int")
@@ -187,18 +187,26 @@ def fuse_integer(graph: Graph, threshold: int) -> int:
 MOVE_OPS = frozenset({"Concat"})
 
 
-def moves_integers(op_type: str, quant: QuantOp) -> bool:
+def moves_integers(op_type: str, quant: QuantOp, shapes: tuple | None = None) -> bool:
     """Whether the fused integer ``op_type`` with ``quant`` computes exactly the plain
-    operator on its integer inputs: it only moves elements (:data:`MOVE_OPS`), no
-    activation follows, and every quantized input has the output's scale, zero point and
-    type (corefold's quantizer ties a Concat's inputs to its output:
-    :mod:`corefold.passes.quantize.select`), so that ``rint((q - z) * s / s) + z == q``.
-    The int8 SqueezeNet's fire modules then concatenate by sending each expand
-    convolution's output band straight to the next squeeze's cores, with no vector pass and
-    no extra hop: 40.6 -> 36.4 us. O(inputs)."""
+    operator on its integer inputs: it only moves elements (:data:`MOVE_OPS`, or a Reshape
+    from ``shapes[0]`` to ``shapes[1]`` that regroups only leading axes,
+    :func:`~corefold.backend.boxes.kept_suffix`), no activation follows, and every
+    quantized input has the output's scale, zero point and type (corefold's quantizer ties
+    a Concat's inputs to its output: :mod:`corefold.passes.quantize.select`), so that
+    ``rint((q - z) * s / s) + z == q``. The int8 SqueezeNet's fire modules then concatenate
+    by sending each expand convolution's output band straight to the next squeeze's cores,
+    with no vector pass and no extra hop: 40.6 -> 36.4 us. A channel shuffle's reshapes
+    (``(1, C, H, W) -> (1, g, C / g, H, W)`` and back) become views, so that its row bands
+    stay boxes and each is shuffled where it was computed (the onnx package's ShuffleNet in
+    int8: see docs/backend.md). O(inputs + rank)."""
+    from corefold.backend.boxes import kept_suffix
+
     qs = [q for q in quant.inputs if q is not None]
-    return (op_type in MOVE_OPS and quant.activation is None and bool(qs)
-            and all(q == quant.output for q in qs))
+    moves = op_type in MOVE_OPS or (
+        op_type == "Reshape" and shapes is not None and None not in shapes
+        and (kept_suffix(tuple(shapes[0]), tuple(shapes[1])) or (0, 0))[0] >= 1)
+    return moves and quant.activation is None and bool(qs) and all(q == quant.output for q in qs)
 
 
 def _slice_quant(qt: QuantTensor | None, rank: int, axis: int, s: int, e: int) -> QuantTensor | None:
