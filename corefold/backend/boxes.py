@@ -197,11 +197,20 @@ def _reshape_prefix(pieces: tuple[Piece, ...], old: Shape, new: Shape) -> tuple[
     for p in pieces:
         rng = box_range(old[:a], p.dst_start[:a], p.extent[:a])
         box = None if rng is None else range_box(new[:b], *rng)
-        if (box is None or len(p.src_shape) != len(old) or tuple(p.src_shape[:a]) != tuple(old[:a])
-                or tuple(p.src_start[:a]) != tuple(p.dst_start[:a])):
+        if box is None or len(p.src_shape) != len(old):
             return None
+        if tuple(p.src_shape[:a]) == tuple(old[:a]) and tuple(p.src_start[:a]) == tuple(p.dst_start[:a]):
+            view = (tuple(new[:b]), box[0])  # the source's leading axes are the operand's
+        else:
+            # (a Concat's piece from another tensor: its leading axes are its own) any
+            # grouping of the source's leading axes keeps the rest; the one flat_view picks
+            # holds the piece's leading box, when that is a contiguous range of the source's
+            srng = box_range(tuple(p.src_shape[:a]), tuple(p.src_start[:a]), tuple(p.extent[:a]))
+            view = None if srng is None else flat_view(prod(p.src_shape[:a]), srng[0], box[1])
+            if view is None:
+                return None
         out.append(Piece(box[0] + tuple(p.dst_start[a:]), box[1] + tuple(p.extent[a:]), p.phys,
-                         tuple(new[:b]) + tuple(p.src_shape[a:]), box[0] + tuple(p.src_start[a:])))
+                         tuple(view[0]) + tuple(p.src_shape[a:]), tuple(view[1]) + tuple(p.src_start[a:])))
     return tuple(out)
 
 

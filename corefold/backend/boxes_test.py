@@ -14,6 +14,7 @@ from corefold.backend.boxes import (
     kept_suffix,
     piece_boxes,
     reshape_pieces,
+    shift,
     sub_pieces,
 )
 
@@ -129,5 +130,63 @@ def test_reshaped_pieces_assemble_into_the_reshaped_tensor(data):
     k = data.draw(st.integers(1, old[axis]))
     full, pieces, phys = _bands(old, axis, k)
     out = reshape_pieces(pieces, old, new, {i: x.size for i, x in phys.items()})
+    if out is not None:
+        np.testing.assert_array_equal(_assemble(out, new, phys), full.reshape(new))
+
+
+@pytest.mark.parametrize("k1,k2", [(3, 2), (1, 4)])
+def test_a_concat_of_row_bands_stays_boxes_through_a_channel_shuffle(k1, k2):
+    """torchvision's ShuffleNetV2 shuffles ``Concat(x1, branch(x2))`` on channels: pieces of
+    two tensors (each in its own row bands), whose leading axes are not the operand's. Each
+    piece's channels are a contiguous range of its own tensor, so it is still a box of the
+    reshaped operand, read through a view of its tensor's leading axes (until stop 54 the
+    operand was gathered onto one core)."""
+    # x1: the channels [4, 8) of a tensor of 8 in row bands, so its pieces start at channel 4
+    # of their band tensors
+    a_whole, a_pieces, a_phys = _bands((1, 8, 6, 5), 2, k1)
+    a_full = a_whole[:, 4:]
+    a_pieces = sub_pieces(a_pieces, (0, 4, 0, 0), (1, 4, 6, 5))
+    b_full, b_pieces, b_phys = _bands((1, 4, 6, 5), 2, k2)
+    b_pieces = tuple(Piece(p.dst_start, p.extent, p.phys + 10, p.src_shape, p.src_start) for p in b_pieces)
+    phys = {**a_phys, **{i + 10: x for i, x in b_phys.items()}}
+    pieces = a_pieces + shift(b_pieces, 1, 4)
+    full = np.concatenate([a_full, b_full], axis=1)
+    out = reshape_pieces(pieces, (1, 8, 6, 5), (1, 2, 4, 6, 5), {i: x.size for i, x in phys.items()})
+    assert out is not None and len(out) == k1 + k2
+    np.testing.assert_array_equal(_assemble(out, (1, 2, 4, 6, 5), phys), full.reshape(1, 2, 4, 6, 5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_reshaped_pieces_of_a_concat_assemble_into_the_reshaped_tensor(data):
+    """Two tensors, each cut into bands along its own axis, concatenated along a leading
+    axis, reshaped by regrouping the leading axes: whatever pieces ``reshape_pieces`` gives
+    make exactly ``reshape(concat)``."""
+    rank = data.draw(st.integers(2, 4))
+    shape = list(data.draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=rank, max_size=rank)))
+    a = data.draw(st.integers(1, rank - 1))
+    cat = data.draw(st.integers(0, a - 1))
+    shapes = [tuple(shape), tuple(shape[:cat] + [data.draw(st.integers(1, 4))] + shape[cat + 1:])]
+    pieces, phys, fulls, offset = [], {}, [], 0
+    for t, sh in enumerate(shapes):
+        axis = data.draw(st.integers(0, rank - 1))
+        # each part a slice [lo, lo + n) along the concat axis of a tensor with more
+        lo = data.draw(st.integers(0, 2))
+        big = sh[:cat] + (sh[cat] + lo + data.draw(st.integers(0, 2)),) + sh[cat + 1:]
+        whole, ps, ph = _bands(big, axis, data.draw(st.integers(1, big[axis])))
+        start = tuple(lo if d == cat else 0 for d in range(rank))
+        full = whole[tuple(slice(s, s + e) for s, e in zip(start, sh, strict=True))]
+        ps = sub_pieces(ps, start, sh)
+        ps = tuple(Piece(p.dst_start, p.extent, p.phys + 100 * t, p.src_shape, p.src_start) for p in ps)
+        pieces += list(shift(ps, cat, offset))
+        phys.update({i + 100 * t: x for i, x in ph.items()})
+        fulls.append(full)
+        offset += sh[cat]
+    full = np.concatenate(fulls, axis=cat)
+    old = full.shape
+    lead = int(np.prod(old[:a]))
+    d = data.draw(st.sampled_from([k for k in range(1, lead + 1) if lead % k == 0]))
+    new = (d, lead // d) + old[a:]
+    out = reshape_pieces(tuple(pieces), old, new, {i: x.size for i, x in phys.items()})
     if out is not None:
         np.testing.assert_array_equal(_assemble(out, new, phys), full.reshape(new))
