@@ -203,9 +203,10 @@ def moves_integers(op_type: str, quant: QuantOp, shapes: tuple | None = None) ->
     from corefold.backend.boxes import kept_suffix
 
     qs = [q for q in quant.inputs if q is not None]
-    moves = op_type in MOVE_OPS or (
-        op_type == "Reshape" and shapes is not None and None not in shapes
-        and (kept_suffix(tuple(shapes[0]), tuple(shapes[1])) or (0, 0))[0] >= 1)
+    moves = op_type in MOVE_OPS
+    if op_type == "Reshape" and shapes is not None and None not in shapes:
+        kept = kept_suffix(tuple(shapes[0]), tuple(shapes[1]))
+        moves = kept is not None and kept[0] >= 1  # some leading axes regrouped, the rest kept
     return moves and quant.activation is None and bool(qs) and all(q == quant.output for q in qs)
 
 
