@@ -77,7 +77,8 @@ def _prepare(graph: Graph, target: Target, settings: LowerSettings = DEFAULT) ->
         try:
             lg = build(tile(graph, target, threshold, settings.pieces_per_core, settings.min_rows[0],
                             settings.bands[0], settings.input_pieces[0],
-                            settings.pack_slices if settings.pack_cores else 0, settings.floor_pieces), target)
+                            settings.pack_slices if settings.pack_cores else 0, settings.floor_pieces,
+                            settings.heavy_channels[0]), target)
             _check_weights(lg, target)
             packed = None
             if settings.pack_cores:
@@ -154,6 +155,8 @@ def lower(graph: Graph, target: Target, settings: LowerSettings = DEFAULT, *,
         raise SettingsError("reserve_pieces: one value or more (False, True), got none")
     if not settings.bands:
         raise SettingsError("bands: one value or more (False, True), got none")
+    if not settings.heavy_channels:
+        raise SettingsError("heavy_channels: one value or more (False, True), got none")
     if not settings.input_pieces or not all(isinstance(n, int) and n >= 0 for n in settings.input_pieces):
         raise SettingsError(f"input_pieces: one whole number or more, each >= 0, got {list(settings.input_pieces)}")
     if not all(isinstance(x, int) and x >= 0 for x in settings.trial_seeds):

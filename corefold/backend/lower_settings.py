@@ -70,6 +70,14 @@ class LowerSettings:
             (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``input_pieces``; 0: no
             floor); each further value is tried like ``bands``, after it: int8 SqueezeNet 46.8
             -> 40.5 us at 32, while the int8 EfficientNet-B0 ran 98.3 -> 112.2 us.
+        heavy_channels: whether the tile step cuts a matrix operator whose weights exceed
+            :data:`~corefold.backend.parallel.HEAVY_WEIGHTS` times its input, and whose rows
+            give fewer bands than its time asks for, on output channels even with SRAM to spare
+            (:func:`~corefold.backend.parallel.cut_for_parallelism`'s ``heavy_channels``): no
+            band copies its weights. Each further value is tried like ``input_pieces``, after
+            it, when it changes the tiling (stop 55): the held-out int8 Inception v2 230.6 ->
+            188.8 us; of the bench's rows only the int8 Inception v1 tiles otherwise, and keeps
+            False (135.2 us against 151.3 at that trial).
         insertion: the clustering's insertion list scheduling off or on
             (:func:`~corefold.backend.place.cluster`'s ``insert``); each further value is
             clustered with the fastest ``spread`` and ``headroom`` (on graphs of at most
@@ -198,6 +206,7 @@ class LowerSettings:
     min_rows: tuple[int, ...] = (2, 1)
     bands: tuple[bool, ...] = (False, True)
     input_pieces: tuple[int, ...] = (0, 32)
+    heavy_channels: tuple[bool, ...] = (False, True)
     insertion: tuple[bool, ...] = (False, True)
     vector_copies: tuple[bool, ...] = (True, False)
     reserve_pieces: tuple[bool, ...] = (False, True)

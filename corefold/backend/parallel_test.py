@@ -860,3 +860,56 @@ def test_a_channel_shuffle_behind_row_bands_is_shuffled_band_by_band(int8, tmp_p
         assert all(np.array_equal(want[k], got[k]) for k in want)
     else:
         assert max_relative_error(run(g, feeds), got) <= 1e-5
+
+
+def _heavy_conv(seed: int = 0) -> Graph:
+    """conv 3x3 stride 2 (16 -> 32 channels, 16 x 16 -> 8 x 8) -> conv 3x3 (32 -> 192 on
+    8 x 8): the second's weights (216 KiB, within a weight piece of a 1 MiB core) are 27
+    times its input (8 KiB), as the 3 x 3 convolutions of a late Inception module's 7 x 7
+    maps."""
+    return _convs("heavy", (1, 16, 16, 16), [
+        ("conv0", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (32, 16, 3, 3)),
+        ("heavy", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, (192, 32, 3, 3))], 24, seed)
+
+
+@pytest.mark.parametrize("heavy_channels", [False, True])
+def test_heavy_channels_cut_a_conv_whose_weights_dwarf_its_few_rows_on_output_channels(heavy_channels):
+    """With SRAM to spare every convolution is cut in rows, each band copying the whole
+    weights: an 8 x 8 map gives 4 bands of two rows, fewer than the heavy convolution's
+    time asks for. With ``heavy_channels`` (a tiling knob the lowering tries) its weights,
+    over ``HEAVY_WEIGHTS`` times its input, are cut on output channels instead: each piece
+    keeps its share of them and reads the whole input, so no weight is copied (the held-out
+    int8 Inception v2, whose 3 x 3 convolutions of 224 channels on 7 x 7 ran their bands on
+    one core: 230.6 -> 188.8 us). The first convolution, lighter than its input, keeps its
+    rows. Outputs agree within 1e-6 (no reduction is split), and the lowering of the cut
+    graph simulates to the executor's outputs."""
+    from corefold.backend.parallel import HEAVY_WEIGHTS
+
+    g = _heavy_conv()
+    heavy = g.nodes[1]
+    assert heavy.inputs[1].nbytes > HEAVY_WEIGHTS * heavy.inputs[0].nbytes
+    t = small_target(width=4, height=4, sram_kib=1024, reserved_kib=64)
+    cut = copy_graph(g)
+    cut_for_parallelism(cut, t, pieces_per_core=2.0, heavy_channels=heavy_channels)
+    pieces = [n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("heavy")]
+    first = [n for n in cut.nodes if n.op_type == "Conv" and n.name.startswith("conv0")]
+    assert len(first) >= 2 and all(n.outputs[0].shape[2] < 8 for n in first)
+    if heavy_channels:
+        assert len(pieces) > 4
+        assert all(n.inputs[0].shape == (1, 32, 8, 8) and n.outputs[0].shape[2:] == (8, 8) for n in pieces)
+        assert [n.inputs[1].shape[0] for n in pieces] == [n.outputs[0].shape[1] for n in pieces]
+        assert sum(n.outputs[0].shape[1] for n in pieces) == 192
+    else:
+        assert pieces and all(n.outputs[0].shape[2] < 8 for n in pieces)
+        assert sum(n.inputs[1].nbytes for n in pieces) > heavy.inputs[1].nbytes  # copied per band
+    feeds = random_inputs(g, 10)
+    want = run(g, feeds)
+    assert max_relative_error(want, run(cut, feeds)) <= 1e-6
+    exe = lower(g, t, LowerSettings(order_budget_seconds=0.0, pieces_per_core=2.0,
+                                    heavy_channels=(heavy_channels,)))
+    ran = {exe.ops[i.op].name for p in exe.programs for i in p.instructions if isinstance(i, Compute)}
+    ran = [n for n in ran if n.startswith("heavy")]
+    assert len(ran) > 4 and all(("_rows" in n) != heavy_channels for n in ran)
+    # split reductions reassociate: float32 within 1e-5 of the output scale
+    assert max_relative_error(want, run_simulation(exe, feeds, t).outputs) <= 1e-5
+

@@ -450,7 +450,7 @@ WEIGHT_PIECE = 0.25
 
 def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_core: float = 0.0,
          min_rows: int = MIN_ROWS, bands: bool = False, input_pieces: int = 0, slices: int = 0,
-         floor_pieces: int | None = None) -> Graph:
+         floor_pieces: int | None = None, heavy_channels: bool = False) -> Graph:
     """Step 1: a copy of ``graph`` with integer patterns fused (QDQ models), every operator
     whose weights exceed ``WEIGHT_PIECE`` of a core's SRAM cut along its output channels
     (so that resident weights pack into the cores around the activations), with
@@ -490,7 +490,7 @@ def tile(graph: Graph, target: Target, threshold: int | None = None, pieces_per_
         from corefold.backend.parallel import FLOOR_PIECES, cut_for_parallelism
 
         cut_for_parallelism(g, target, pieces_per_core, min_rows, bands, input_pieces, slices,
-                            FLOOR_PIECES if floor_pieces is None else floor_pieces)
+                            FLOOR_PIECES if floor_pieces is None else floor_pieces, heavy_channels)
     try:
         split_graph(g, target, threshold, exact=exact)
     except CapacityError as exc:

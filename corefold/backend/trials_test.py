@@ -120,3 +120,30 @@ def test_a_clustering_setting_that_clusters_alike_is_not_run_again(monkeypatch, 
         exe.meta.pop("lower_seconds", None)
         save(exe, tmp_path / name)
     assert (tmp_path / "memo.cfx").read_bytes() == (tmp_path / "every.cfx").read_bytes()
+
+
+def test_the_heavy_channels_trial_gives_way_to_the_placement_seeds_it_would_crowd_out():
+    """``crowds_out_seeds`` counts the seeds ``placement_seeds`` admits (each admitted while
+    the instructions emitted so far plus the seed's and the FOLLOWING builds', each the kept
+    size, fit ``trial_budget``) after the ``reserve_pieces`` trials, with and without one
+    more trial of the kept size: the knob gives way only where it would leave fewer."""
+    from types import SimpleNamespace
+
+    settings = replace(DEFAULT, trial_budget=140_000, trial_seeds=(1, 2, 3), reserve_pieces=(False, True))
+    size = 20_000
+    trial = SimpleNamespace(emitted=size)
+
+    def seeds_run(emitted: int) -> int:  # placement_seeds' loop, each seed emitting the kept size
+        n = 0
+        while n < 3 and emitted + (1 + trials.FOLLOWING) * size <= settings.trial_budget:
+            emitted, n = emitted + size, n + 1
+        return n
+
+    for emitted in range(0, 140_001, 5_000):
+        ahead = emitted + size  # the reserve_pieces trial
+        fewer = seeds_run(ahead + size) < seeds_run(ahead)
+        assert trials.crowds_out_seeds(trial, settings, {trials.EMITTED: emitted}) == fewer, emitted
+    assert not trials.crowds_out_seeds(trial, settings, {trials.EMITTED: 0})  # room for all three after it
+    assert trials.crowds_out_seeds(trial, settings, {trials.EMITTED: 60_000})  # it would take the only seed
+    assert not trials.crowds_out_seeds(trial, settings, {trials.EMITTED: 70_000})  # no seed runs anyway
+    assert not trials.crowds_out_seeds(trial, replace(settings, trial_seeds=()), {trials.EMITTED: 60_000})
